@@ -1,0 +1,116 @@
+"""Mean wall time of one training step per method, measured side by side in one process.
+
+Methods are timed in interleaved rounds (every round runs each method for ``steps`` steps, in
+rotating order) so that drift of the machine affects all of them alike; the table reports the
+mean and standard deviation over rounds of the mean ms per step, and each method's ratio to DP-SGD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import torch
+
+from raco_bench.data import load_dataset
+from raco_bench.training.config import Hyperparameters, RunConfig
+from raco_bench.training.loop import METHODS, build_problem, _step_settings, resolve_method
+from raco_bench.models import build_model
+from raco_bench.training.step import TrainData, TrainState, sgda_step
+
+DEFAULT_METHODS = ("sgd", "dp-sgd", "raco-dp", "sgda")
+
+
+@dataclass
+class Timing:
+    method: str
+    dataset: str
+    batch_size: int
+    ms_mean: float
+    ms_sd: float
+    rounds: int
+    steps_per_round: int
+
+
+def _runner(method: str, ds, batch_size: int, seed: int, device: torch.device):
+    constrained, private = resolve_method(method)
+    cfg = RunConfig(dataset=ds.name, method=method, hyper=replace(Hyperparameters(), batch_size=batch_size))
+    problem = build_problem(cfg, ds)
+    rates = problem.compile(device) if problem else None
+    X = torch.as_tensor(ds.train.X, device=device)
+    y = torch.as_tensor(ds.train.y, device=device)
+    parts = torch.as_tensor(problem.partition.assign(ds.train.y, ds.train.group), device=device) if problem else None
+    data = TrainData(X, y, torch.nn.functional.one_hot(y, ds.n_classes).to(X.dtype), parts, X.pow(2).sum(1) + 1.0)
+    model = build_model("logistic", ds.n_features, ds.n_classes)
+    settings = _step_settings(cfg, len(ds.train), private, constrained)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    J = problem.n_constraints if problem else 0
+    box = [TrainState(model.init(gen, device), torch.zeros(J, device=device), torch.zeros(J, device=device), 0, gen)]
+
+    def run(steps: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        state = box[0]
+        for _ in range(steps):
+            state, _ = sgda_step(state, data, model, settings, rates)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        box[0] = state
+        return (time.perf_counter() - t0) * 1000 / steps
+
+    return run
+
+
+def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds=7, steps=300, warmup=100, device="cpu", seed=0) -> list[Timing]:
+    dev = torch.device(device)
+    out: list[Timing] = []
+    for name in datasets:
+        ds = load_dataset(name)
+        runners = {m: _runner(m, ds, batch_size, seed, dev) for m in methods}
+        for run in runners.values():
+            run(warmup)
+        samples: dict[str, list[float]] = {m: [] for m in methods}
+        order = list(methods)
+        for r in range(rounds):
+            for m in order[r % len(order):] + order[: r % len(order)]:
+                samples[m].append(runners[m](steps))
+        for m in methods:
+            out.append(Timing(m, name, batch_size, statistics.fmean(samples[m]), statistics.stdev(samples[m]) if rounds > 1 else 0.0, rounds, steps))
+    return out
+
+
+def hardware() -> str:
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+
+
+def format_table(timings: list[Timing], reference: str = "dp-sgd") -> str:
+    lines = ["| dataset | method | batch | ms/step (mean ± sd over rounds) | ratio to " + reference + " |", "|---|---|---|---|---|"]
+    ref = {t.dataset: t.ms_mean for t in timings if t.method == reference}
+    for t in timings:
+        ratio = f"{t.ms_mean / ref[t.dataset]:.3f}" if t.dataset in ref else "n/a"
+        lines.append(f"| {t.dataset} | {t.method} | {t.batch_size} | {t.ms_mean:.3f} ± {t.ms_sd:.3f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="raco-bench bench steptime", description=__doc__)
+    p.add_argument("--datasets", nargs="+", default=["adult"])
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS))
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args(argv)
+    timings = measure(args.datasets, args.methods, args.batch_size, args.rounds, args.steps, device=args.device)
+    print(f"hardware: {hardware()}")
+    print(format_table(timings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

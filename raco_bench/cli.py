@@ -1,0 +1,155 @@
+"""The ``raco-bench`` command line: ``datasets``, ``train`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from raco_bench.constraints import BUILDERS
+from raco_bench.data import DATASETS, DataError, load_dataset
+from raco_bench.data import files as data_files
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import METHODS
+
+
+def _cmd_datasets(args: argparse.Namespace) -> int:
+    print(f"data roots searched: {', '.join(str(r) for r in data_files.search_roots())}")
+    failures = 0
+    for name, spec in DATASETS.items():
+        statuses = [data_files.status(raw) for raw in spec.files()]
+        state = "verified" if all(s.state == "verified" for s in statuses) else ", ".join(sorted({s.state for s in statuses}))
+        where = "; ".join(str(s.path) if s.path else f"{s.raw.relpath} (missing)" for s in statuses)
+        shape = ""
+        if all(s.state in ("verified", "unverified") for s in statuses):
+            try:
+                ds = load_dataset(name, download=False)
+                shape = f"rows {ds.n_rows} (train {len(ds.train)}/val {len(ds.val)}/test {len(ds.test)}), features {ds.n_features}, groups {ds.n_groups}"
+            except DataError as exc:  # pragma: no cover - status said it was readable
+                shape, state = str(exc), "error"
+        else:
+            failures += 1
+        print(f"{name:15s} {state:10s} {shape}\n{'':15s} {where}")
+        for s in statuses:
+            if s.state not in ("verified",) and s.detail:
+                print(f"{'':15s} {s.detail}")
+    return 1 if failures else 0
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value
+    return out
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return "inf" if math.isinf(x) else f"{x:.4f}"
+    return str(x)
+
+
+def _summary(result) -> str:
+    p, last, sel = result.privacy, result.last, result.selected
+    lines = [
+        f"dataset {result.dataset['name']} (n_train {result.dataset['n_train']}, {result.dataset['n_constraints']} constraints), "
+        f"method {result.config['method']}, T = {result.steps} steps, {result.timing['ms_per_step']:.3f} ms/step",
+    ]
+    if p["private"]:
+        lines.append(f"privacy: epsilon spent {_fmt(p['epsilon_spent'])} at delta {p['delta']:g} (target {p['target_epsilon']}; {p['accounting']})")
+        if p.get("epsilon_separate_composition_reference") is not None:
+            lines.append(f"         [reference only] separate-composition epsilon {_fmt(p['epsilon_separate_composition_reference'])} (what the reference code would claim)")
+    else:
+        lines.append("privacy: none (non-private method, epsilon = inf)")
+    for label, block in (("last iterate", last), ("selected checkpoint [not privacy-accounted]", sel)):
+        if not block:
+            lines.append(f"{label}: none met the constraint on the training set")
+            continue
+        t = block["test"]
+        viol = f", max violation {t['max_violation']:.4f}, constraints satisfied {t['satisfied']}" if "max_violation" in t else ""
+        step = f" (step {block['step']})" if "step" in block else ""
+        lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}" + (f", fnr {t['fnr']:.4f}" if "fnr" in t else "") + viol)
+    return "\n".join(lines)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from raco_bench.training.loop import train  # heavy imports only for training
+
+    cfg = RunConfig(dataset=args.dataset, method=args.method, constraint=args.constraint, gamma=args.gamma,
+                    epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device)
+    cfg = cfg.with_overrides(_parse_sets(args.set))
+    if cfg.dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}")
+    if cfg.method not in METHODS:
+        raise ValueError(f"unknown method {cfg.method!r}; choose one of: {', '.join(METHODS)}")
+    if cfg.constraint not in BUILDERS:
+        raise ValueError(f"unknown constraint {cfg.constraint!r}; choose one of: {', '.join(BUILDERS)}")
+    cfg.validate()
+    if args.json:
+        out = Path(args.json)
+        if out.parent and not out.parent.exists():
+            raise ValueError(f"the directory of --json {out} does not exist; create it first")
+    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g})", file=sys.stderr)
+    result = train(cfg, progress=not args.quiet)
+    print(_summary(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=float))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from raco_bench.benchmarks import step_time
+
+    if args.what == "steptime":
+        return step_time.main(args.rest)
+    raise ValueError(f"unknown benchmark {args.what!r}; choose 'steptime'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raco-bench", description="Private learning under rate constraints: RaCO-DP and baselines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("datasets", help="where each dataset is looked for, whether it verifies, its size after preprocessing")
+    p.set_defaults(func=_cmd_datasets)
+
+    p = sub.add_parser("train", help="train one configuration and print its summary")
+    p.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)}")
+    p.add_argument("--method", default="raco-dp", help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--constraint", default="demographic-parity", help=f"one of {', '.join(BUILDERS)}")
+    p.add_argument("--gamma", type=float, default=0.05, help="constraint slack (target)")
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=None, help="number of steps (default: the most the budget allows)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any hyperparameter, e.g. --set noise_multiplier=3")
+    p.add_argument("--json", default=None, help="write the resolved config, privacy parameters and metrics here")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("bench", help="benchmarks: steptime")
+    p.add_argument("what", choices=["steptime"])
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, DataError) as exc:
+        print(f"raco-bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""The preprocessed dataset object and the protocol that builds it (raco_dp_spec.md §5.1, Q12).
+
+Protocol, identical for every dataset:
+
+1. a seeded 75/25 train/test split, stratified on (label, group);
+2. 15% of that training part held out as validation, stratified the same way;
+3. one-hot encoding of categorical columns (vocabulary from the whole table: the schema is
+   public), z-scoring of numeric columns with mean and standard deviation (ddof=1) of the final
+   training split only;
+4. the sensitive attribute is kept out of the features; :meth:`TabularDataset.with_group_features`
+   appends it one-hot for a method that asks for it.
+
+Splits depend only on the seed and on the table's row order (no hash-seeded ordering), so they are
+identical across processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+TEST_FRACTION = 0.25
+VALIDATION_FRACTION = 0.15
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: float32 features, integer labels in [0, c), integer group ids in [0, G)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    group: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = self.X.shape[0]
+        if self.y.shape != (n,) or self.group.shape != (n,):
+            raise ValueError(f"split arrays disagree in length: X {self.X.shape}, y {self.y.shape}, group {self.group.shape}")
+
+    def __len__(self) -> int:
+        return int(self.X.shape[0])
+
+
+@dataclass(frozen=True)
+class TabularDataset:
+    name: str
+    train: Split
+    val: Split
+    test: Split
+    feature_names: tuple[str, ...]
+    class_names: tuple[str, ...]
+    group_names: tuple[str, ...]
+    sensitive_attribute: str
+    split_seed: int
+    note: str = ""
+
+    @property
+    def n_features(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_names)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.train) + len(self.val) + len(self.test)
+
+    def splits(self) -> dict[str, Split]:
+        return {"train": self.train, "val": self.val, "test": self.test}
+
+    def with_group_features(self) -> "TabularDataset":
+        """A copy whose features end with the one-hot sensitive attribute (for methods that use it)."""
+
+        def add(split: Split) -> Split:
+            onehot = np.eye(self.n_groups, dtype=np.float32)[split.group]
+            return Split(np.concatenate([split.X, onehot], axis=1), split.y, split.group)
+
+        names = self.feature_names + tuple(f"{self.sensitive_attribute}={g}" for g in self.group_names)
+        return replace(self, train=add(self.train), val=add(self.val), test=add(self.test), feature_names=names)
+
+
+def stratified_split(strata: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Split row indices into (kept, held_out) with ``fraction`` of every stratum held out.
+
+    Each stratum holds out round(fraction * size) rows, chosen uniformly at random; strata of one
+    row stay whole in the kept part. Indices are returned sorted.
+    """
+    kept: list[np.ndarray] = []
+    held: list[np.ndarray] = []
+    for value in np.unique(strata):
+        idx = np.flatnonzero(strata == value)
+        idx = idx[rng.permutation(idx.size)]
+        n_out = int(round(fraction * idx.size))
+        held.append(idx[:n_out])
+        kept.append(idx[n_out:])
+    return np.sort(np.concatenate(kept)), np.sort(np.concatenate(held))
+
+
+def split_indices(y: np.ndarray, group: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """Row indices of train / val / test under the project protocol (75/25, then 15% of train)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 75, 25, 15]))
+    strata = y.astype(np.int64) * (int(group.max()) + 1) + group.astype(np.int64)
+    train_all, test = stratified_split(strata, TEST_FRACTION, rng)
+    train_pos, val_pos = stratified_split(strata[train_all], VALIDATION_FRACTION, rng)
+    return {"train": train_all[train_pos], "val": train_all[val_pos], "test": test}
+
+
+def build_dataset(
+    name: str,
+    frame: pd.DataFrame,
+    *,
+    label: np.ndarray,
+    group: np.ndarray,
+    class_names: tuple[str, ...],
+    group_names: tuple[str, ...],
+    sensitive_attribute: str,
+    categorical: list[str],
+    numeric: list[str],
+    seed: int,
+    note: str = "",
+) -> TabularDataset:
+    """Encode ``frame`` (features only) and split it under the project protocol."""
+    label = np.asarray(label, dtype=np.int64)
+    group = np.asarray(group, dtype=np.int64)
+    if sensitive_attribute in frame.columns:
+        raise ValueError(f"{name}: the sensitive attribute {sensitive_attribute!r} must not be a feature column")
+    idx = split_indices(label, group, seed)
+
+    blocks: list[np.ndarray] = []
+    names: list[str] = []
+    for col in sorted(numeric):
+        values = frame[col].to_numpy(dtype=np.float64)
+        train_values = values[idx["train"]]
+        mean = train_values.mean()
+        std = train_values.std(ddof=1)
+        blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
+        names.append(col)
+    for col in sorted(categorical):
+        values = frame[col].astype(str).to_numpy()
+        levels = sorted(np.unique(values))
+        blocks.append((values[:, None] == np.array(levels)[None, :]).astype(np.float64))
+        names.extend(f"{col}={level}" for level in levels)
+    X = np.concatenate(blocks, axis=1).astype(np.float32)
+
+    def take(key: str) -> Split:
+        rows = idx[key]
+        return Split(np.ascontiguousarray(X[rows]), label[rows], group[rows])
+
+    return TabularDataset(
+        name=name,
+        train=take("train"),
+        val=take("val"),
+        test=take("test"),
+        feature_names=tuple(names),
+        class_names=class_names,
+        group_names=group_names,
+        sensitive_attribute=sensitive_attribute,
+        split_seed=seed,
+        note=note,
+    )

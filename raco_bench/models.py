@@ -1,0 +1,109 @@
+"""Models with per-sample gradient engines.
+
+The training objective of every method in the suite is a per-sample function of the logits,
+u_i = f(h_θ(x_i); y_i, c_i). Two engines produce Σ_i clip(∇_θ u_i, C):
+
+* :class:`LogisticRegression` (the papers' model): ∇_θ u_i = r_i ⊗ [x_i; 1] with r_i = ∂f/∂z, a
+  rank-1 outer product. So ‖∇_θ u_i‖ = ‖r_i‖·‖[x_i; 1]‖ and the clipped sum is one matmul; no
+  per-sample gradient is ever materialised (the "ghost clipping" idea, exact for one linear layer).
+* :class:`MLP`: per-sample gradients with ``torch.func`` (``vmap(grad(...))``). We use torch.func
+  rather than opacus' GradSampleModule because it is functional: parameters are explicit tensors,
+  so the step stays a pure function of (parameters, multipliers, generator) and can later be
+  vmapped over many configurations; GradSampleModule keeps hook state inside the module and its
+  hooks mode is deprecated upstream.
+
+``per_sample_grads`` materialises the gradients for tests and small models.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.func import grad, vmap
+
+Params = dict[str, torch.Tensor]
+LogitObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _clip_factors(norms: torch.Tensor, clip: float | None) -> torch.Tensor:
+    if clip is None:
+        return torch.ones_like(norms)
+    return (clip / norms.clamp_min(1e-12)).clamp(max=1.0)
+
+
+@dataclass(frozen=True)
+class LogisticRegression:
+    n_features: int
+    n_classes: int
+
+    def init(self, generator: torch.Generator, device: torch.device | str = "cpu") -> Params:
+        """nn.Linear's default initialisation, U(−1/√d, 1/√d), from ``generator``."""
+        bound = 1.0 / math.sqrt(self.n_features)
+        W = (torch.rand(self.n_classes, self.n_features, generator=generator, device=device) * 2 - 1) * bound
+        b = (torch.rand(self.n_classes, generator=generator, device=device) * 2 - 1) * bound
+        return {"weight": W, "bias": b}
+
+    def logits(self, params: Params, X: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(params["bias"], X, params["weight"].T)
+
+    def clipped_grad_sum(
+        self, params: Params, X: torch.Tensor, residual: torch.Tensor, clip: float | None, sq_norms: torch.Tensor | None = None
+    ) -> Params:
+        """Σ_i clip(r_i ⊗ [x_i; 1], C) given r = ∂u/∂z; ``sq_norms`` = ‖x_i‖² + 1 if precomputed."""
+        if clip is not None:
+            if sq_norms is None:
+                sq_norms = X.pow(2).sum(1) + 1.0
+            norms = (residual.pow(2).sum(1) * sq_norms).sqrt()
+            residual = residual * _clip_factors(norms, clip)[:, None]
+        return {"weight": residual.T @ X, "bias": residual.sum(0)}
+
+    def per_sample_grads(self, params: Params, X: torch.Tensor, residual: torch.Tensor) -> Params:
+        return {"weight": residual[:, :, None] * X[:, None, :], "bias": residual}
+
+
+@dataclass(frozen=True)
+class MLP:
+    n_features: int
+    n_classes: int
+    hidden: int = 64
+
+    def _module(self) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(self.n_features, self.hidden), torch.nn.ReLU(), torch.nn.Linear(self.hidden, self.n_classes))
+
+    def init(self, generator: torch.Generator, device: torch.device | str = "cpu") -> Params:
+        shapes = {"0.weight": (self.hidden, self.n_features), "0.bias": (self.hidden,), "2.weight": (self.n_classes, self.hidden), "2.bias": (self.n_classes,)}
+        fan_in = {"0": self.n_features, "2": self.hidden}
+        return {
+            name: (torch.rand(shape, generator=generator, device=device) * 2 - 1) / math.sqrt(fan_in[name[0]])
+            for name, shape in shapes.items()
+        }
+
+    def logits(self, params: Params, X: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(torch.addmm(params["0.bias"], X, params["0.weight"].T))
+        return torch.addmm(params["2.bias"], h, params["2.weight"].T)
+
+    def per_sample_grads_of(self, params: Params, X: torch.Tensor, objective: LogitObjective, y: torch.Tensor, coef: torch.Tensor) -> Params:
+        def single(p: Params, x: torch.Tensor, yi: torch.Tensor, ci: torch.Tensor) -> torch.Tensor:
+            z = self.logits(p, x[None])[0]
+            return objective(z, yi, ci)
+
+        return vmap(grad(single), in_dims=(None, 0, 0, 0))(params, X, y, coef)
+
+    def clipped_grad_sum_of(
+        self, params: Params, X: torch.Tensor, objective: LogitObjective, y: torch.Tensor, coef: torch.Tensor, clip: float | None
+    ) -> Params:
+        grads = self.per_sample_grads_of(params, X, objective, y, coef)
+        norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
+        factors = _clip_factors(norms, clip)
+        return {k: torch.tensordot(factors, g, dims=1) for k, g in grads.items()}
+
+
+def build_model(name: str, n_features: int, n_classes: int, hidden: int = 64):
+    if name == "logistic":
+        return LogisticRegression(n_features, n_classes)
+    if name == "mlp":
+        return MLP(n_features, n_classes, hidden)
+    raise ValueError(f"unknown model {name!r}; choose 'logistic' or 'mlp'")
