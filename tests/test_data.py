@@ -1,0 +1,142 @@
+"""Dataset loaders: counts against shared/data/MANIFEST.md, splits, checksums, offline errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raco_bench.data import EXPECTED, ChecksumMismatchError, MissingDataError, load_dataset
+from raco_bench.data.tabular import TEST_FRACTION, VALIDATION_FRACTION, build_dataset, split_indices
+
+# Counts quoted from MANIFEST.md (over all rows of each table).
+MANIFEST_LABELS = {"credit": 6636, "heart": 23893}
+MANIFEST_GROUPS = {
+    "credit": [11888, 18112],  # SEX 1 = male, 2 = female
+    "parkinsons": [4008, 1867],  # sex 0, 1
+    "heart": [141974, 111706],  # Sex 0 = female, 1 = male
+    "acs-employment": [3691, 1082, 22, 0, 2, 58, 1, 56, 88],  # RAC1P 1..9
+}
+MANIFEST_POSITIVE_RATE = {"acs-employment": 0.405, "acs-income": 0.306, "parkinsons": 0.499}
+
+
+def _all(ds, attr):
+    return np.concatenate([getattr(s, attr) for s in ds.splits().values()])
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_counts_match_manifest(name, data_root):
+    ds = load_dataset(name)
+    exp = EXPECTED[name]
+    assert (ds.n_rows, ds.n_features, ds.n_groups) == (exp["rows"], exp["features"], exp["groups"])
+    assert ds.train.X.dtype == np.float32 and ds.train.y.dtype == np.int64 and ds.train.group.dtype == np.int64
+    assert ds.sensitive_attribute not in ds.feature_names
+    assert not any(f.startswith(ds.sensitive_attribute + "=") for f in ds.feature_names)
+    if name in MANIFEST_LABELS:
+        assert int(_all(ds, "y").sum()) == MANIFEST_LABELS[name]
+    if name in MANIFEST_GROUPS:
+        assert np.bincount(_all(ds, "group"), minlength=ds.n_groups).tolist() == MANIFEST_GROUPS[name]
+    if name in MANIFEST_POSITIVE_RATE:
+        assert abs(_all(ds, "y").mean() - MANIFEST_POSITIVE_RATE[name]) < 0.0015
+
+
+def test_adult_raw_counts_match_manifest(data_root):
+    cols = list(range(15))
+    raw = pd.read_csv(data_root / "adult" / "adult.data", header=None, names=cols, skipinitialspace=True, na_values="?")
+    assert len(raw) == 32561 and (raw[14] == ">50K").sum() == 7841
+    assert raw[9].value_counts().to_dict() == {"Male": 21790, "Female": 10771}
+
+
+def test_split_sizes_and_stratification(adult):
+    n = adult.n_rows
+    assert abs(len(adult.test) - TEST_FRACTION * n) <= 4  # rounding per (label, group) stratum
+    n_train_all = len(adult.train) + len(adult.val)
+    assert abs(len(adult.val) - VALIDATION_FRACTION * n_train_all) <= 4
+    strata = lambda s: s.y * adult.n_groups + s.group  # noqa: E731
+    total = np.bincount(np.concatenate([strata(s) for s in adult.splits().values()]))
+    for split, frac in ((adult.test, TEST_FRACTION), (adult.val, VALIDATION_FRACTION * (1 - TEST_FRACTION))):
+        counts = np.bincount(strata(split), minlength=total.size)
+        assert np.all(np.abs(counts - frac * total) <= 1.5), (counts, frac * total)
+
+
+def test_splits_disjoint_and_complete():
+    y = np.repeat([0, 1], 50)
+    g = np.tile([0, 1, 1, 2], 25)
+    idx = split_indices(y, g, seed=3)
+    allidx = np.concatenate(list(idx.values()))
+    assert sorted(allidx.tolist()) == list(range(100))
+
+
+def test_same_seed_same_split_across_processes(data_root):
+    code = (
+        "import hashlib, json; from raco_bench.data import load_dataset;"
+        "ds = load_dataset('adult', seed=7);"
+        "print(json.dumps({k: hashlib.sha256(s.X.tobytes() + s.y.tobytes()).hexdigest() for k, s in ds.splits().items()}))"
+    )
+    outs = []
+    for hashseed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed}
+        outs.append(json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout))
+    assert outs[0] == outs[1]
+    other = load_dataset("adult", seed=8)
+    import hashlib
+
+    assert hashlib.sha256(other.test.X.tobytes() + other.test.y.tobytes()).hexdigest() != outs[0]["test"]
+
+
+def test_normalisation_uses_training_statistics_only():
+    rng = np.random.default_rng(0)
+    n = 400
+    y = rng.integers(0, 2, n)
+    g = rng.integers(0, 2, n)
+    frame = pd.DataFrame({"a": rng.normal(5, 2, n), "c": rng.choice(["x", "y", "z"], n)})
+    kw = dict(label=y, group=g, class_names=("0", "1"), group_names=("0", "1"), sensitive_attribute="s", categorical=["c"], numeric=["a"], seed=0)
+    ds = build_dataset("toy", frame, **kw)
+    col = ds.feature_names.index("a")
+    assert abs(ds.train.X[:, col].mean()) < 1e-5 and abs(ds.train.X[:, col].std(ddof=1) - 1) < 1e-5
+    # Changing values outside the training split must not change the training features.
+    idx = split_indices(y, g, 0)
+    shifted = frame.copy()
+    held_out = np.concatenate([idx["val"], idx["test"]])
+    shifted.loc[held_out, "a"] = 1e6
+    ds2 = build_dataset("toy", shifted, **kw)
+    np.testing.assert_array_equal(ds.train.X, ds2.train.X)
+    assert not np.allclose(ds.test.X[:, col], ds2.test.X[:, col])
+
+
+def test_corrupted_file_raises_checksum_error(tmp_path, data_root, monkeypatch):
+    target = tmp_path / "adult"
+    target.mkdir()
+    for f in ("adult.data", "adult.test"):
+        shutil.copy(data_root / "adult" / f, target / f)
+    blob = bytearray((target / "adult.data").read_bytes())
+    blob[100] ^= 0x01
+    (target / "adult.data").write_bytes(bytes(blob))
+    monkeypatch.setenv("RACO_BENCH_DATA", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(ChecksumMismatchError, match=r"adult\.data.*expected 5b00264637db"):
+        load_dataset("adult")
+
+
+def test_missing_file_offline_raises_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("RACO_BENCH_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RACO_BENCH_OFFLINE", "1")
+    with pytest.raises(MissingDataError) as err:
+        load_dataset("credit")
+    msg = str(err.value)
+    assert "credit_default/default_of_credit_card_clients.tsv" in msg
+    assert str(tmp_path / "empty") in msg and "https://" in msg and "RACO_BENCH_DATA" in msg
+    assert not (tmp_path / "cache").exists()  # nothing written
+
+
+def test_group_features_on_request(adult):
+    with_s = adult.with_group_features()
+    assert with_s.n_features == adult.n_features + adult.n_groups
+    np.testing.assert_array_equal(with_s.train.X[:, -adult.n_groups:].argmax(1), adult.train.group)

@@ -1,0 +1,93 @@
+"""End-to-end training on real Adult data, and the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from raco_bench.data import load_dataset
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import train
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "raco_bench.cli", *args], capture_output=True, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_non_private_sgda_meets_demographic_parity_on_adult(adult):
+    result = train(RunConfig(method="sgda", gamma=0.05, steps=1500), adult)
+    assert result.privacy["private"] is False and math.isinf(result.privacy["epsilon_spent"])
+    assert result.last["test"]["dp_gap"] <= 0.06
+    assert result.last["test"]["accuracy"] >= 0.80
+    unconstrained = train(RunConfig(method="sgd", steps=1500), adult)
+    assert unconstrained.last["test"]["dp_gap"] > 0.12  # the constraint is doing the work
+
+
+@pytest.mark.slow
+def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
+    out = tmp_path / "run.json"
+    proc = _cli("train", "--dataset", "adult", "--method", "raco-dp", "--constraint", "demographic-parity", "--gamma", "0.05",
+                "--epsilon", "1", "--delta", "1e-5", "--seed", "0", "--json", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "epsilon spent" in proc.stdout and "step" in proc.stderr
+    result = json.loads(out.read_text())
+    p = result["privacy"]
+    assert p["epsilon_spent"] <= 1.0 and p["steps"] == result["steps"] > 0
+    assert p["epsilon_separate_composition_reference"] < p["epsilon_spent"]  # shared batch: separate composition understates
+    assert result["last"]["test"]["accuracy"] >= 0.80
+    assert result["config"]["hyper"]["noise_multiplier"] > 0 and result["timing"]["ms_per_step"] > 0
+    assert result["selected"] is None or "not privacy-accounted" in result["selected"]["label"]
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--set", "noise_multiplier=-1"], "noise_multiplier"),
+        (["--set", "batch_size=100000"], "q = batch_size / n_train"),
+        (["--epsilon", "0"], "epsilon"),
+        (["--dataset", "mnist"], "unknown dataset"),
+        (["--method", "magic"], "unknown method"),
+        (["--constraint", "parity"], "unknown constraint"),
+        (["--set", "nonsense=1"], "unknown setting"),
+        (["--set", "noise_multiplier=0"], "zero noise gives no privacy"),
+        (["--steps", "100000"], "would spend epsilon"),
+    ],
+)
+def test_cli_rejects_bad_values_before_writing(tmp_path, args, match):
+    out = tmp_path / "x.json"
+    proc = _cli("train", "--quiet", "--json", str(out), *args, timeout=120)
+    assert proc.returncode == 2
+    assert match in proc.stderr
+    assert not out.exists()
+
+
+def test_cli_datasets_lists_all_six_verified():
+    proc = _cli("datasets", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line and not line.startswith((" ", "data roots"))]
+    assert len(lines) == 6 and all(" verified " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "dataset,method,constraint,sets",
+    [
+        ("adult", "raco-dp", "equalized-odds", {}),
+        ("credit", "raco-dp", "equalized-odds", {"histogram_batch": "independent"}),
+        ("heart", "raco-dp", "false-negative-rate", {"dual_update": "hard"}),
+        ("acs-employment", "raco-dp", "demographic-parity", {"batch_size": "256"}),
+        ("parkinsons", "raco-dp", "demographic-parity", {"model": "mlp", "batch_size": "256"}),
+        ("adult", "dp-sgd", "demographic-parity", {}),
+    ],
+)
+def test_variants_run_and_account(dataset, method, constraint, sets):
+    cfg = RunConfig(dataset=dataset, method=method, constraint=constraint, steps=30, epsilon=9.0, eval_every=10).with_overrides(sets)
+    result = train(cfg, load_dataset(dataset))
+    assert result.steps == 30 and 0 < result.privacy["epsilon_spent"] <= 9.0
+    assert len(result.history) == 4 and 0.0 <= result.last["test"]["accuracy"] <= 1.0
+    if dataset == "acs-employment":
+        assert result.dataset["n_constraints"] == 18
