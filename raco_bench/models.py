@@ -56,8 +56,9 @@ class LogisticRegression:
         if clip is not None:
             if sq_norms is None:
                 sq_norms = X.pow(2).sum(1) + 1.0
-            norms = (residual.pow(2).sum(1) * sq_norms).sqrt()
-            residual = residual * _clip_factors(norms, clip)[:, None]
+            # clip factor min(1, C/‖g_i‖) with ‖g_i‖² = ‖r_i‖²(‖x_i‖² + 1); a zero norm gives factor 1
+            factor = torch.rsqrt(residual.square().sum(1) * sq_norms).mul_(clip).clamp_(max=1.0)
+            residual = residual * factor[:, None]
         return {"weight": residual.T @ X, "bias": residual.sum(0)}
 
     def per_sample_grads(self, params: Params, X: torch.Tensor, residual: torch.Tensor) -> Params:

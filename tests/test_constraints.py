@@ -138,3 +138,20 @@ def test_gaps_agree_with_fairlearn():
         assert gaps["dp_gap"] == pytest.approx(demographic_parity_difference(y, pred, sensitive_features=g))
         assert gaps["eo_gap"] == pytest.approx(equalized_odds_difference(y, pred, sensitive_features=g))
         assert gaps["fnr"] == pytest.approx(np.mean(pred[y == 1] == 0))
+
+
+def test_dual_quantities_cpu_fast_path_matches_torch_path_and_reference():
+    """The fused CPU (numpy) path equals the torch path and the separate part_coefficients / values."""
+    gen = torch.Generator().manual_seed(5)
+    problem = equalized_odds(4, 3, 0.1)
+    rates = problem.compile(dtype=torch.float64)
+    H = 20 * torch.rand(problem.partition.n_parts, 3, generator=gen, dtype=torch.float64) - 2  # noisy: may be < 0
+    lam = torch.rand(problem.n_constraints, generator=gen, dtype=torch.float64)
+    coef, est = rates.dual_quantities(H, lam, 512.0)
+    sizes = rates.subset_sizes(H)
+    torch.testing.assert_close(coef, 512.0 * rates.part_coefficients(lam, sizes))
+    torch.testing.assert_close(est, rates.values(H, sizes))
+    # the torch path (used on other devices), forced by a CPU tensor subclass-free trick: call it directly
+    MH = rates.membership @ H
+    inv = MH.sum(1, keepdim=True).clamp_min(1.0).reciprocal()
+    torch.testing.assert_close(rates.weights @ (MH * inv).reshape(-1), est)

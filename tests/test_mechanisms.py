@@ -10,9 +10,9 @@ from scipy import stats
 from raco_bench.constraints import demographic_parity
 from raco_bench.models import MLP, LogisticRegression
 from raco_bench.privacy import noise
-from raco_bench.privacy.sampling import poisson_batch
+from raco_bench.privacy.sampling import bernoulli_batch, poisson_batch
 from raco_bench.training.objective import lagrangian_residual, lagrangian_value, tempered_softmax
-from raco_bench.training.step import StepSettings, TrainData, TrainState, _noisy_histogram, sgda_step
+from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
 
 
 def _toy_data(n=40, d=3, c=2, G=2, seed=0):
@@ -22,8 +22,16 @@ def _toy_data(n=40, d=3, c=2, G=2, seed=0):
     group = torch.randint(0, G, (n,), generator=gen)
     problem = demographic_parity(G, c, 0.05)
     parts = torch.as_tensor(problem.partition.assign(y.numpy(), group.numpy()))
-    data = TrainData(X, y, torch.nn.functional.one_hot(y, c).double(), parts, X.pow(2).sum(1) + 1)
+    data = TrainData.build(X, y, c, parts, problem.partition.n_parts)
     return data, problem.compile(dtype=torch.float64), problem
+
+
+def _onehot(data):
+    return data.labels_onehot(data.table)
+
+
+def _parts(data):
+    return data.parts_onehot(data.table).argmax(1)
 
 
 def _settings(n, private=True, **kw):
@@ -39,25 +47,46 @@ def _state(model, data, J, seed):
     return TrainState(params, torch.full((J,), 0.7, dtype=torch.float64), torch.zeros(J, dtype=torch.float64), 0, gen)
 
 
-def test_poisson_batch_sizes_are_binomial():
-    n, q, draws = 2000, 0.03, 4000
+@pytest.mark.parametrize("n,q", [(2000, 0.03), (300, 0.5), (50, 0.97)])
+def test_poisson_batch_sizes_are_binomial(n, q):
+    draws = 4000
     gen = torch.Generator().manual_seed(0)
     sizes = np.array([len(poisson_batch(n, q, gen)) for _ in range(draws)])
     mean_se = np.sqrt(n * q * (1 - q) / draws)
     assert abs(sizes.mean() - n * q) < 4 * mean_se
     assert sizes.var(ddof=1) == pytest.approx(n * q * (1 - q), rel=0.1)
-    # goodness of fit against Binomial(n, q) on pooled bins
-    edges = np.arange(30, 95, 5)
+    # goodness of fit against Binomial(n, q) on bins of roughly equal expected mass
+    lo, hi = stats.binom.ppf([0.02, 0.98], n, q)
+    edges = np.unique(np.linspace(lo, hi, 12).round())
     observed = np.histogram(sizes, bins=np.concatenate([[-0.5], edges + 0.5, [n + 0.5]]))[0]
     cdf = stats.binom.cdf(np.concatenate([edges, [n]]), n, q)
     expected = draws * np.diff(np.concatenate([[0.0], cdf]))
-    assert stats.chisquare(observed, expected).pvalue > 1e-3
-    # membership is independent of position: every index is kept with rate q
-    hits = torch.zeros(n)
-    for _ in range(500):
-        hits[poisson_batch(n, q, gen)] += 1
-    assert hits.mean().item() == pytest.approx(500 * q, rel=0.02)
-    assert hits.var().item() == pytest.approx(500 * q * (1 - q), rel=0.1)
+    keep = expected > 0
+    assert observed[~keep].sum() == 0
+    assert stats.chisquare(observed[keep], expected[keep]).pvalue > 1e-3
+
+
+def test_poisson_membership_is_independent_with_rate_q():
+    """Every index is kept with probability q, independently of its neighbours (what the gaps sampler must preserve)."""
+    n, q, draws = 200, 0.1, 20_000
+    gen = torch.Generator().manual_seed(1)
+    masks = torch.zeros(draws, n)
+    for t in range(draws):
+        masks[t, poisson_batch(n, q, gen)] = 1
+    rate = masks.mean(0)
+    assert float((rate - q).abs().max()) < 5 * np.sqrt(q * (1 - q) / draws)
+    joint = (masks[:, :-1] * masks[:, 1:]).mean(0)  # P(i and i+1 both kept) = q²
+    assert float(joint.mean()) == pytest.approx(q * q, rel=0.03)
+    assert float(((masks[:, :-1] - q) * (masks[:, 1:] - q)).mean()) == pytest.approx(0.0, abs=3e-4)
+
+
+def test_gap_sampler_and_coin_flips_agree_in_distribution():
+    n, q, draws = 1000, 0.02, 3000
+    gen = torch.Generator().manual_seed(2)
+    a = np.array([len(poisson_batch(n, q, gen)) for _ in range(draws)])
+    b = np.array([len(bernoulli_batch(n, q, gen)) for _ in range(draws)])
+    assert stats.ks_2samp(a, b).pvalue > 1e-3
+    assert len(poisson_batch(n, 1.0, gen)) == n
 
 
 def test_empty_batch_is_a_valid_step():
@@ -79,19 +108,25 @@ def test_laplace_noise_has_the_stated_scale():
     assert stats.kstest(z, "laplace", args=(0, 2.5)).pvalue > 1e-3
 
 
-def test_histogram_noise_in_the_step_has_scale_s_L_and_vanishes_without_privacy():
+@pytest.mark.parametrize("hist_mode", ["shared", "independent"])
+def test_histogram_noise_in_the_step_has_scale_s_L_and_vanishes_without_privacy(hist_mode):
+    """With q = 1 the histogram batch is the whole data set: Ĥ − H must be iid Laplace(0, s_L)."""
     data, rates, problem = _toy_data(n=30)
     model = LogisticRegression(3, 2)
-    state = _state(model, data, problem.n_constraints, 2)
-    idx = torch.arange(30)
-    probs = tempered_softmax(model.logits(state.params, data.X), 1.5)
-    exact = rates.histogram(probs, data.parts)
-    private = _settings(30)
-    diffs = torch.stack([_noisy_histogram(state, data, rates, model, private, idx, probs) - exact for _ in range(5000)]).reshape(-1).numpy()
+    private = _settings(30, histogram_batch=hist_mode)
+    diffs = []
+    for seed in range(2500):
+        state = _state(model, data, problem.n_constraints, seed)
+        exact = rates.histogram(tempered_softmax(model.logits(state.params, data.X), private.temperature), _parts(data))
+        _, release = sgda_step(state, data, model, private, rates)
+        diffs.append((release.histogram - exact).reshape(-1))
+    diffs = torch.cat(diffs).numpy()
     assert stats.kstest(diffs, "laplace", args=(0, private.laplace_scale)).pvalue > 1e-3
     assert np.abs(diffs).mean() == pytest.approx(private.laplace_scale, rel=0.03)
     off = _settings(30, private=False)
-    assert torch.equal(_noisy_histogram(state, data, rates, model, off, idx, probs), exact)
+    state = _state(model, data, problem.n_constraints, 0)
+    exact = rates.histogram(tempered_softmax(model.logits(state.params, data.X), off.temperature), _parts(data))
+    torch.testing.assert_close(sgda_step(state, data, model, off, rates)[1].histogram, exact)
 
 
 @pytest.mark.parametrize("model_kind", ["logistic", "mlp"])
@@ -107,7 +142,7 @@ def test_gaussian_noise_in_the_step_has_std_sigma_C(model_kind):
         new, _ = sgda_step(state, data, model, s, rates)
         if isinstance(model, LogisticRegression):
             probs = tempered_softmax(model.logits(state.params, data.X), s.temperature)
-            clipped = model.clipped_grad_sum(state.params, data.X, lagrangian_residual(probs, data.y_onehot, None, s.temperature), s.clip_norm)
+            clipped = model.clipped_grad_sum(state.params, data.X, lagrangian_residual(probs, _onehot(data), None, s.temperature), s.clip_norm)
         else:
             objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, s.temperature)  # noqa: E731
             clipped = model.clipped_grad_sum_of(state.params, data.X, objective, data.y, torch.zeros(25, 2, dtype=torch.float64), s.clip_norm)
@@ -128,7 +163,7 @@ def test_no_gaussian_noise_without_privacy():
     state.lam.zero_()
     new, _ = sgda_step(state, data, model, s, rates)
     probs = tempered_softmax(model.logits(state.params, data.X), s.temperature)
-    full = model.clipped_grad_sum(state.params, data.X, lagrangian_residual(probs, data.y_onehot, None, s.temperature), None)
+    full = model.clipped_grad_sum(state.params, data.X, lagrangian_residual(probs, _onehot(data), None, s.temperature), None)
     for k in state.params:
         torch.testing.assert_close(new.params[k], state.params[k] - s.lr / s.expected_batch * full[k])
 
@@ -145,10 +180,10 @@ def test_per_sample_gradients_equal_autograd_on_single_examples(model_kind):
     model = LogisticRegression(4, 2) if model_kind == "logistic" else MLP(4, 2, hidden=5)
     state = _state(model, data, problem.n_constraints, 3)
     tau = 1.7
-    coef = 30 * rates.part_coefficients(state.lam, torch.tensor([5.0, 7.0], dtype=torch.float64))[data.parts]
+    coef = 30 * rates.part_coefficients(state.lam, torch.tensor([5.0, 7.0], dtype=torch.float64))[_parts(data)]
     if isinstance(model, LogisticRegression):
         probs = tempered_softmax(model.logits(state.params, data.X), tau)
-        grads = model.per_sample_grads(state.params, data.X, lagrangian_residual(probs, data.y_onehot, coef, tau))
+        grads = model.per_sample_grads(state.params, data.X, lagrangian_residual(probs, _onehot(data), coef, tau))
     else:
         grads = model.per_sample_grads_of(state.params, data.X, lambda z, yi, ci: lagrangian_value(z, yi, ci, tau), data.y, coef)
     for i in range(12):
@@ -162,12 +197,12 @@ def test_clipped_per_sample_gradients_have_norm_at_most_C(model_kind):
     data, rates, problem = _toy_data(n=50, d=4)
     model = LogisticRegression(4, 2) if model_kind == "logistic" else MLP(4, 2, hidden=5)
     state = _state(model, data, problem.n_constraints, 4)
-    coef = 50 * rates.part_coefficients(state.lam, torch.tensor([20.0, 30.0], dtype=torch.float64))[data.parts]
+    coef = 50 * rates.part_coefficients(state.lam, torch.tensor([20.0, 30.0], dtype=torch.float64))[_parts(data)]
     tau, C = 1.0, 0.3
     if isinstance(model, LogisticRegression):
-        r = lagrangian_residual(tempered_softmax(model.logits(state.params, data.X), tau), data.y_onehot, coef, tau)
+        r = lagrangian_residual(tempered_softmax(model.logits(state.params, data.X), tau), _onehot(data), coef, tau)
         grads = model.per_sample_grads(state.params, data.X, r)
-        fast = model.clipped_grad_sum(state.params, data.X, r, C, data.sq_norms)
+        fast = model.clipped_grad_sum(state.params, data.X, r, C, data.sq_norms(data.table))
     else:
         obj = lambda z, yi, ci: lagrangian_value(z, yi, ci, tau)  # noqa: E731
         grads = model.per_sample_grads_of(state.params, data.X, obj, data.y, coef)

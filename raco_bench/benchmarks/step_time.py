@@ -22,6 +22,8 @@ from raco_bench.models import build_model
 from raco_bench.training.step import TrainData, TrainState, sgda_step
 
 DEFAULT_METHODS = ("sgd", "dp-sgd", "raco-dp", "sgda")
+# Reference implementations of DP-SGD (not methods of the suite), for context in the table.
+REFERENCES = ("dp-sgd-vmap", "dp-sgd-opacus")
 
 
 @dataclass
@@ -43,7 +45,7 @@ def _runner(method: str, ds, batch_size: int, seed: int, device: torch.device):
     X = torch.as_tensor(ds.train.X, device=device)
     y = torch.as_tensor(ds.train.y, device=device)
     parts = torch.as_tensor(problem.partition.assign(ds.train.y, ds.train.group), device=device) if problem else None
-    data = TrainData(X, y, torch.nn.functional.one_hot(y, ds.n_classes).to(X.dtype), parts, X.pow(2).sum(1) + 1.0)
+    data = TrainData.build(X, y, ds.n_classes, parts, problem.partition.n_parts if problem else 0)
     model = build_model("logistic", ds.n_features, ds.n_classes)
     settings = _step_settings(cfg, len(ds.train), private, constrained)
     gen = torch.Generator(device=device)
@@ -66,12 +68,66 @@ def _runner(method: str, ds, batch_size: int, seed: int, device: torch.device):
     return run
 
 
+def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: torch.device, clip: float = 1.0, sigma: float = 1.0):
+    """Logistic-regression DP-SGD written the usual ways: torch.func vmap(grad), or Opacus' GradSampleModule."""
+    from raco_bench.privacy.sampling import poisson_batch
+
+    torch.manual_seed(seed)
+    X = torch.as_tensor(ds.train.X, device=device)
+    y = torch.as_tensor(ds.train.y, device=device)
+    n, q = len(X), batch_size / len(X)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    model = torch.nn.Linear(X.shape[1], ds.n_classes).to(device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    if kind == "dp-sgd-vmap":
+        from torch.func import functional_call, grad, vmap
+
+        params = {k: v.detach() for k, v in model.named_parameters()}
+
+        def per_sample_loss(p, x, t):
+            return loss_fn(functional_call(model, p, (x[None],)), t[None])
+
+        per_sample = vmap(grad(per_sample_loss), in_dims=(None, 0, 0))
+
+        def step():
+            idx = poisson_batch(n, q, gen, device)
+            g = per_sample(params, X[idx], y[idx])
+            norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
+            f = (clip / (norms + 1e-12)).clamp(max=1.0)
+            for k, v in g.items():
+                total = torch.einsum("b,b...->...", f, v) + sigma * clip * torch.randn(v.shape[1:], generator=gen, device=device)
+                params[k] = params[k] - 0.5 * total / batch_size
+    else:
+        import warnings
+
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+
+        warnings.filterwarnings("ignore")
+        gsm = GradSampleModule(model)
+        opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.5), noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=batch_size)
+
+        def step():
+            idx = poisson_batch(n, q, gen, device)
+            opt.zero_grad()
+            loss_fn(gsm(X[idx]), y[idx]).backward()
+            opt.step()
+
+    def run(steps: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter() - t0) * 1000 / steps
+
+    return run
+
+
 def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds=7, steps=300, warmup=100, device="cpu", seed=0) -> list[Timing]:
     dev = torch.device(device)
     out: list[Timing] = []
     for name in datasets:
         ds = load_dataset(name)
-        runners = {m: _runner(m, ds, batch_size, seed, dev) for m in methods}
+        runners = {m: (_reference_runner(m, ds, batch_size, seed, dev) if m in REFERENCES else _runner(m, ds, batch_size, seed, dev)) for m in methods}
         for run in runners.values():
             run(warmup)
         samples: dict[str, list[float]] = {m: [] for m in methods}
@@ -100,13 +156,15 @@ def format_table(timings: list[Timing], reference: str = "dp-sgd") -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raco-bench bench steptime", description=__doc__)
     p.add_argument("--datasets", nargs="+", default=["adult"])
-    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS) + list(REFERENCES))
+    p.add_argument("--references", action="store_true", help="also time DP-SGD written with torch.func vmap and with Opacus")
     p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    timings = measure(args.datasets, args.methods, args.batch_size, args.rounds, args.steps, device=args.device)
+    methods = list(args.methods) + (list(REFERENCES) if args.references else [])
+    timings = measure(args.datasets, methods, args.batch_size, args.rounds, args.steps, device=args.device)
     print(f"hardware: {hardware()}")
     print(format_table(timings))
     return 0

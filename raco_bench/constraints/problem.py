@@ -121,6 +121,7 @@ class CompiledRates:
     gamma: torch.Tensor  # J
     n_parts: int
     n_classes: int
+    _numpy_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def build(problem: RateProblem, device: torch.device, dtype: torch.dtype) -> "CompiledRates":
@@ -148,6 +149,34 @@ class CompiledRates:
             sizes = self.subset_sizes(H)
         rates = (self.membership @ H) / sizes[:, None]
         return self.weights @ rates.reshape(-1)
+
+    def dual_quantities(self, H: torch.Tensor, lam: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """From one (noisy) histogram: the part coefficients of the current λ times ``scale``, and Γ̂ (eq. 12).
+
+        The fused form of :meth:`part_coefficients` and :meth:`values` that the training step uses;
+        both share n̂ = max(1, M·rowsum(H)) (the row sums of M·H are M·rowsum(H)). These tensors are
+        tiny (at most J × U × c), so on the CPU the arithmetic runs in numpy on zero-copy views,
+        which costs half the per-operation overhead of torch; other devices use torch.
+        """
+        if H.device.type == "cpu":
+            M, W = self._numpy_structure(H.dtype)
+            MH = M @ H.numpy()
+            inv_sizes = 1.0 / np.maximum(MH.sum(1, keepdims=True), 1.0)
+            estimates = W @ (MH * inv_sizes).reshape(-1)
+            coef = M.T @ ((lam.numpy() @ W).reshape(-1, self.n_classes) * (inv_sizes * scale))
+            return torch.from_numpy(coef), torch.from_numpy(estimates)
+        MH = self.membership @ H
+        inv_sizes = MH.sum(1, keepdim=True).clamp_min(1.0).reciprocal()
+        estimates = self.weights @ (MH * inv_sizes).reshape(-1)
+        coef = self.membership.T @ ((lam @ self.weights).reshape(-1, self.n_classes) * (inv_sizes * scale))
+        return coef, estimates
+
+    def _numpy_structure(self, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+        cached = self._numpy_cache.get(dtype)
+        if cached is None:
+            cached = (self.membership.to(dtype).numpy(), self.weights.to(dtype).numpy())
+            self._numpy_cache[dtype] = cached
+        return cached
 
     def part_coefficients(self, lam: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """coef[l, k] = Σ_j λ_j Σ_{I∋l} w_j[I, k] / n̂_I, so that the per-sample regularizer of eq. 10

@@ -173,11 +173,8 @@ def train(
     part_ids = {k: (problem.partition.assign(s.y, s.group) if problem else None) for k, s in ds.splits().items()}
     X = torch.as_tensor(ds.train.X, device=device)
     y = torch.as_tensor(ds.train.y, device=device)
-    data = TrainData(
-        X=X, y=y, y_onehot=torch.nn.functional.one_hot(y, ds.n_classes).to(X.dtype),
-        parts=None if part_ids["train"] is None else torch.as_tensor(part_ids["train"], device=device),
-        sq_norms=X.pow(2).sum(1) + 1.0,
-    )
+    parts = None if part_ids["train"] is None else torch.as_tensor(part_ids["train"], device=device)
+    data = TrainData.build(X, y, ds.n_classes, parts, problem.partition.n_parts if problem else 0)
     evals = {k: EvalSplit.from_split(s, part_ids[k], device) for k, s in ds.splits().items()}
     settings = _step_settings(cfg, n, private, constrained)
     J = problem.n_constraints if problem else 0

@@ -32,5 +32,5 @@ def lagrangian_residual(probs: torch.Tensor, y_onehot: torch.Tensor, coef: torch
     """∂u/∂z for a batch, given p = σ_τ(z); ``coef=None`` is the unconstrained cross-entropy."""
     r = probs - y_onehot
     if coef is not None:
-        r = r + probs * (coef - (coef * probs).sum(1, keepdim=True))
-    return tau * r
+        r = torch.addcmul(r, probs, coef - (coef * probs).sum(1, keepdim=True))
+    return r if tau == 1.0 else tau * r

@@ -34,17 +34,37 @@ class TrainState:
 
 @dataclass(frozen=True)
 class TrainData:
-    """The training split as device tensors, with per-sample constants precomputed."""
+    """The training split as device tensors, with per-sample constants in one table.
+
+    ``table`` rows are [one-hot label (c) | ‖x‖² + 1 | one-hot part (K)], so that one gather per
+    step fetches everything a batch needs (labels, rank-1 gradient norms, histogram rows).
+    """
 
     X: torch.Tensor
     y: torch.Tensor
-    y_onehot: torch.Tensor
-    parts: torch.Tensor | None
-    sq_norms: torch.Tensor  # ‖x‖² + 1, for the rank-1 gradient norms
+    table: torch.Tensor
+    n_classes: int
+    n_parts: int
+
+    @staticmethod
+    def build(X: torch.Tensor, y: torch.Tensor, n_classes: int, parts: torch.Tensor | None = None, n_parts: int = 0) -> "TrainData":
+        cols = [torch.nn.functional.one_hot(y, n_classes).to(X.dtype), (X.pow(2).sum(1) + 1.0)[:, None]]
+        if parts is not None:
+            cols.append(torch.nn.functional.one_hot(parts, n_parts).to(X.dtype))
+        return TrainData(X, y, torch.cat(cols, 1).contiguous(), n_classes, n_parts if parts is not None else 0)
 
     @property
     def n(self) -> int:
         return int(self.X.shape[0])
+
+    def labels_onehot(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[:, : self.n_classes]
+
+    def sq_norms(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[:, self.n_classes]
+
+    def parts_onehot(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows[:, self.n_classes + 1 :]
 
 
 @dataclass(frozen=True)
@@ -69,63 +89,68 @@ class StepSettings:
 
 @dataclass(frozen=True)
 class StepRelease:
-    """What a step releases beyond the model: the post-processed constraint estimates Γ̂ (eq. 12)."""
+    """What a step releases beyond the model: the noisy histogram Ĥ (a Laplace release; exact, and so
+    not private, for non-private methods) and its post-processed constraint estimates Γ̂ (eq. 12)."""
 
+    histogram: torch.Tensor | None
     constraint_estimates: torch.Tensor | None
 
 
-def _noisy_histogram(
-    state: TrainState, data: TrainData, rates: CompiledRates, model, s: StepSettings, idx: torch.Tensor, probs: torch.Tensor
-) -> torch.Tensor:
-    """Lines 2–3: Ĥ = H + Lap(s_L) from the gradient batch (shared) or a fresh one (independent)."""
+def _histogram(state: TrainState, data: TrainData, model, s: StepSettings, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Line 2: H[l, k] = Σ_{x∈B∩D_l} p_k(x) on the gradient batch (shared) or a fresh batch (independent)."""
     if s.histogram_batch == "independent":
-        idx = poisson_batch(data.n, s.histogram_sampling_rate or s.sampling_rate, state.generator, data.X.device)
-        probs = tempered_softmax(model.logits(state.params, data.X[idx]), s.temperature)
-    if s.dual_update == "hard":  # one-hot argmax histogram, the only one released (spec Q8)
+        hidx = poisson_batch(data.n, s.histogram_sampling_rate or s.sampling_rate, state.generator, data.X.device)
+        rows = data.table[hidx]
+        probs = tempered_softmax(model.logits(state.params, data.X[hidx]), s.temperature)
+    if s.dual_update == "hard":  # the one-hot argmax histogram is the only one released (spec Q8)
         probs = torch.nn.functional.one_hot(probs.argmax(1), probs.shape[1]).to(probs.dtype)
-    H = rates.histogram(probs, data.parts[idx])
-    if s.laplace_scale is not None:
-        H = H + noise.laplace(tuple(H.shape), s.laplace_scale, state.generator, H)
-    return H
+    return data.parts_onehot(rows).T @ probs
 
 
 def sgda_step(state: TrainState, data: TrainData, model, s: StepSettings, rates: CompiledRates | None = None) -> tuple[TrainState, StepRelease]:
     """One simultaneous primal-dual step (Algorithm 1, lines 1–9)."""
     g = state.generator
     idx = poisson_batch(data.n, s.sampling_rate, g, data.X.device)  # line 1
+    rows = data.table[idx]
     Xb = data.X[idx]
-    logits = model.logits(state.params, Xb)
-    probs = tempered_softmax(logits, s.temperature)
+    probs = tempered_softmax(model.logits(state.params, Xb), s.temperature)
+    n_gauss = sum(p.numel() for p in state.params.values()) if s.noise_std > 0 else 0
+    z = torch.randn(n_gauss, generator=g, dtype=Xb.dtype, device=Xb.device) if n_gauss else None
 
-    coef = H = sizes = None
+    coef = estimates = H = None
     if rates is not None:
-        H = _noisy_histogram(state, data, rates, model, s, idx, probs)  # lines 2–3
-        sizes = rates.subset_sizes(H)  # line 4, post-processing
-        # eq. 10 scaled by B: c_x = B · Σ_j λ_j Σ_{I∋x} w_j[I,k] / n̂_I
-        coef = (s.expected_batch * rates.part_coefficients(state.lam, sizes))[data.parts[idx]]
+        H = _histogram(state, data, model, s, rows, probs)  # line 2
+        if s.laplace_scale is not None:  # line 3: Ĥ = H + Lap(s_L), iid per cell
+            H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)
+        # lines 4 and 8 (post-processing of Ĥ): n̂_I, Γ̂ (eq. 12), and eq. 10's coefficients scaled by B
+        coef_parts, estimates = rates.dual_quantities(H, state.lam, s.expected_batch)
+        coef = data.parts_onehot(rows) @ coef_parts
 
-    # lines 5–6: per-sample gradients, clipped to C, summed, noised, divided by B
+    # lines 5–6: per-sample gradients, clipped to C, summed, noised; line 7 divides by B
     if isinstance(model, LogisticRegression):
-        residual = lagrangian_residual(probs, data.y_onehot[idx], coef, s.temperature)
-        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms[idx])
+        residual = lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature)
+        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))
     else:
         c = coef if coef is not None else probs.new_zeros(probs.shape)
-        objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, s.temperature)  # noqa: E731
+        objective = lambda zz, yi, ci: lagrangian_value(zz, yi, ci, s.temperature)  # noqa: E731
         grads = model.clipped_grad_sum_of(state.params, Xb, objective, data.y[idx], c, s.clip_norm)
-    params = {}
+    params, offset = {}, 0
     for name, p in state.params.items():
         gsum = grads[name]
-        if s.noise_std > 0:
-            gsum = gsum + noise.gaussian(tuple(gsum.shape), s.noise_std, g, gsum)
-        params[name] = p - (s.lr / s.expected_batch) * gsum  # line 7
+        if n_gauss:
+            gsum = torch.add(gsum, z[offset : offset + p.numel()].view_as(p), alpha=s.noise_std)
+            offset += p.numel()
+        params[name] = torch.add(p, gsum, alpha=-s.lr / s.expected_batch)  # line 7
 
-    lam, velocity, estimates = state.lam, state.dual_velocity, None
+    lam, velocity = state.lam, state.dual_velocity
     if rates is not None:
-        estimates = rates.values(H, sizes)  # line 8, eq. 12
+        estimates = estimates.to(lam.device)
         ascent = (estimates.clamp(0.0, 1.0) if s.clip_constraint_value else estimates) - rates.gamma
-        velocity = s.dual_momentum * velocity + s.dual_lr * ascent
-        lam = (lam + velocity).clamp_min(0.0)  # line 9, Π onto ℝ^J_{≥0}
+        if s.dual_momentum > 0:
+            velocity = torch.add(s.dual_momentum * velocity, ascent, alpha=s.dual_lr)
+            lam = (lam + velocity).clamp_min_(0.0)
+        else:
+            lam = torch.add(lam, ascent, alpha=s.dual_lr).clamp_min_(0.0)  # line 9, Π onto ℝ^J_{≥0}
         if s.lambda_max is not None:
-            lam = lam.clamp_max(s.lambda_max)
-    new_state = TrainState(params, lam, velocity, state.step + 1, g)
-    return new_state, StepRelease(estimates)
+            lam = lam.clamp_max_(s.lambda_max)
+    return TrainState(params, lam, velocity, state.step + 1, g), StepRelease(H, estimates)
