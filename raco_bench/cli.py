@@ -12,7 +12,7 @@ from raco_bench.constraints import BUILDERS
 from raco_bench.data import DATASETS, DataError, load_dataset
 from raco_bench.data import files as data_files
 from raco_bench.training.config import RunConfig
-from raco_bench.training.loop import METHODS
+from raco_bench.methods import METHOD_NAMES
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
@@ -61,9 +61,10 @@ def _summary(result) -> str:
     lines = [
         f"dataset {result.dataset['name']} (n_train {result.dataset['n_train']}, {result.dataset['n_constraints']} constraints), "
         f"method {result.config['method']}, T = {result.steps} steps, {result.timing['ms_per_step']:.3f} ms/step",
+        "hyperparameters: " + ", ".join(f"{k}={v}" for k, v in result.hyperparameters.items()),
     ]
     if p["private"]:
-        lines.append(f"privacy: epsilon spent {_fmt(p['epsilon_spent'])} at delta {p['delta']:g} (target {p['target_epsilon']}; {p['accounting']})")
+        lines.append(f"privacy: epsilon spent {_fmt(p['epsilon_spent'])} at delta {p['delta']:g} (target {p['target_epsilon']}; {p['notion']}; {p['accounting']})")
         if p.get("epsilon_separate_composition_reference") is not None:
             lines.append(f"         [reference only] separate-composition epsilon {_fmt(p['epsilon_separate_composition_reference'])} (what the reference code would claim)")
     else:
@@ -73,22 +74,22 @@ def _summary(result) -> str:
             lines.append(f"{label}: none met the constraint on the training set")
             continue
         t = block["test"]
-        viol = f", max violation {t['max_violation']:.4f}, constraints satisfied {t['satisfied']}" if "max_violation" in t else ""
+        viol = f", max violation {t['max_violation']:.4f}, constraints satisfied {t['satisfied']}"
         step = f" (step {block['step']})" if "step" in block else ""
         lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}" + (f", fnr {t['fnr']:.4f}" if "fnr" in t else "") + viol)
     return "\n".join(lines)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from raco_bench.training.loop import train  # heavy imports only for training
+    from raco_bench.methods import get_method
+    from raco_bench.training.loop import execute, prepare_run
 
     cfg = RunConfig(dataset=args.dataset, method=args.method, constraint=args.constraint, gamma=args.gamma,
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device)
     cfg = cfg.with_overrides(_parse_sets(args.set))
     if cfg.dataset not in DATASETS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}")
-    if cfg.method not in METHODS:
-        raise ValueError(f"unknown method {cfg.method!r}; choose one of: {', '.join(METHODS)}")
+    get_method(cfg.method)
     if cfg.constraint not in BUILDERS:
         raise ValueError(f"unknown constraint {cfg.constraint!r}; choose one of: {', '.join(BUILDERS)}")
     cfg.validate()
@@ -96,8 +97,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out = Path(args.json)
         if out.parent and not out.parent.exists():
             raise ValueError(f"the directory of --json {out} does not exist; create it first")
-    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g})", file=sys.stderr)
-    result = train(cfg, progress=not args.quiet)
+    run = prepare_run(cfg)  # validates every hyperparameter and plans privacy before training
+    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), T = {run.ctx.steps}", file=sys.stderr)
+    result = execute(run, progress=not args.quiet)
     print(_summary(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=float))
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train one configuration and print its summary")
     p.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)}")
-    p.add_argument("--method", default="raco-dp", help=f"one of {', '.join(METHODS)}")
+    p.add_argument("--method", default="raco-dp", help=f"one of {', '.join(METHOD_NAMES)}")
     p.add_argument("--constraint", default="demographic-parity", help=f"one of {', '.join(BUILDERS)}")
     p.add_argument("--gamma", type=float, default=0.05, help="constraint slack (target)")
     p.add_argument("--epsilon", type=float, default=1.0)

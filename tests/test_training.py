@@ -40,7 +40,7 @@ def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
     assert p["epsilon_spent"] <= 1.0 and p["steps"] == result["steps"] > 0
     assert p["epsilon_separate_composition_reference"] < p["epsilon_spent"]  # shared batch: separate composition understates
     assert result["last"]["test"]["accuracy"] >= 0.80
-    assert result["config"]["hyper"]["noise_multiplier"] > 0 and result["timing"]["ms_per_step"] > 0
+    assert result["hyperparameters"]["noise_multiplier"] > 0 and result["timing"]["ms_per_step"] > 0
     assert result["selected"] is None or "not privacy-accounted" in result["selected"]["label"]
 
 
@@ -56,6 +56,10 @@ def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
         (["--set", "nonsense=1"], "unknown setting"),
         (["--set", "noise_multiplier=0"], "zero noise gives no privacy"),
         (["--steps", "100000"], "would spend epsilon"),
+        (["--method", "dp-fermi", "--set", "privacy=secret"], "privacy"),
+        (["--method", "dp-fermi", "--constraint", "false-negative-rate"], "dp-fermi regularises"),
+        (["--method", "dp-fermi", "--set", "privacy=sensitive-attribute", "--steps", "10"], "Theorem 3.3 needs T"),
+        (["--method", "dp-fermi", "--set", "laplace_scale=2"], "unknown setting"),
     ],
 )
 def test_cli_rejects_bad_values_before_writing(tmp_path, args, match):
@@ -82,12 +86,27 @@ def test_cli_datasets_lists_all_six_verified():
         ("acs-employment", "raco-dp", "demographic-parity", {"batch_size": "256"}),
         ("parkinsons", "raco-dp", "demographic-parity", {"model": "mlp", "batch_size": "256"}),
         ("adult", "dp-sgd", "demographic-parity", {}),
+        ("adult", "dp-fermi", "equalized-odds", {}),
+        ("credit", "dp-fermi", "equalized-odds", {}),
+        ("acs-employment", "dp-fermi", "demographic-parity", {"batch_size": "256", "privacy": "none"}),
     ],
 )
 def test_variants_run_and_account(dataset, method, constraint, sets):
     cfg = RunConfig(dataset=dataset, method=method, constraint=constraint, steps=30, epsilon=9.0, eval_every=10).with_overrides(sets)
     result = train(cfg, load_dataset(dataset))
-    assert result.steps == 30 and 0 < result.privacy["epsilon_spent"] <= 9.0
+    assert result.steps == 30
+    assert (0 < result.privacy["epsilon_spent"] <= 9.0) if result.privacy["private"] else math.isinf(result.privacy["epsilon_spent"])
     assert len(result.history) == 4 and 0.0 <= result.last["test"]["accuracy"] <= 1.0
     if dataset == "acs-employment":
         assert result.dataset["n_constraints"] == 18
+
+
+@pytest.mark.slow
+def test_dp_fermi_full_privacy_cli_at_epsilon_one_on_adult(tmp_path):
+    out = tmp_path / "fermi.json"
+    proc = _cli("train", "--dataset", "adult", "--method", "dp-fermi", "--epsilon", "1", "--quiet", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["privacy"]["privacy_mode"] == "full" and result["privacy"]["epsilon_spent"] <= 1.0
+    assert "record-level" in result["privacy"]["notion"]
+    assert result["last"]["test"]["accuracy"] >= 0.78

@@ -1,8 +1,11 @@
 """Mean wall time of one training step per method, measured side by side in one process.
 
-Methods are timed in interleaved rounds (every round runs each method for ``steps`` steps, in
-rotating order) so that drift of the machine affects all of them alike; the table reports the
-mean and standard deviation over rounds of the mean ms per step, and each method's ratio to DP-SGD.
+Every method is set up through its plugin exactly as `raco-bench train` would (default
+hyperparameters, ε = 1, the given expected batch size), then timed in interleaved rounds (every
+round runs each method for ``steps`` steps, in rotating order) so that drift of the machine affects
+all of them alike. The table reports the mean and standard deviation over rounds of the mean ms per
+step, and each method's ratio to DP-SGD. Two reference implementations of DP-SGD that are not part
+of the suite (torch.func vmap, Opacus) can be added for context with ``--references``.
 """
 
 from __future__ import annotations
@@ -11,18 +14,16 @@ import argparse
 import platform
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from raco_bench.data import load_dataset
-from raco_bench.training.config import Hyperparameters, RunConfig
-from raco_bench.training.loop import METHODS, build_problem, _step_settings, resolve_method
-from raco_bench.models import build_model
-from raco_bench.training.step import TrainData, TrainState, sgda_step
+from raco_bench.methods import METHOD_NAMES
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import prepare_run
 
-DEFAULT_METHODS = ("sgd", "dp-sgd", "raco-dp", "sgda")
-# Reference implementations of DP-SGD (not methods of the suite), for context in the table.
+DEFAULT_METHODS = ("sgd", "dp-sgd", "raco-dp", "sgda", "dp-fermi")
 REFERENCES = ("dp-sgd-vmap", "dp-sgd-opacus")
 
 
@@ -37,65 +38,50 @@ class Timing:
     steps_per_round: int
 
 
-def _runner(method: str, ds, batch_size: int, seed: int, device: torch.device):
-    constrained, private = resolve_method(method)
-    cfg = RunConfig(dataset=ds.name, method=method, hyper=replace(Hyperparameters(), batch_size=batch_size))
-    problem = build_problem(cfg, ds)
-    rates = problem.compile(device) if problem else None
-    X = torch.as_tensor(ds.train.X, device=device)
-    y = torch.as_tensor(ds.train.y, device=device)
-    parts = torch.as_tensor(problem.partition.assign(ds.train.y, ds.train.group), device=device) if problem else None
-    data = TrainData.build(X, y, ds.n_classes, parts, problem.partition.n_parts if problem else 0)
-    model = build_model("logistic", ds.n_features, ds.n_classes)
-    settings = _step_settings(cfg, len(ds.train), private, constrained)
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    J = problem.n_constraints if problem else 0
-    box = [TrainState(model.init(gen, device), torch.zeros(J, device=device), torch.zeros(J, device=device), 0, gen)]
+def _method_runner(method: str, ds, batch_size: int, seed: int, device: str):
+    run = prepare_run(RunConfig(dataset=ds.name, method=method, device=device, params={"batch_size": batch_size}), ds)
+    gen = torch.Generator(device=run.ctx.device).manual_seed(seed)
+    box = [run.method.init_state(run.ctx, gen)]
 
-    def run(steps: int) -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    def timed(steps: int) -> float:
+        sync = torch.cuda.synchronize if run.ctx.device.type == "cuda" else (lambda: None)
+        sync()
         t0 = time.perf_counter()
         state = box[0]
         for _ in range(steps):
-            state, _ = sgda_step(state, data, model, settings, rates)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+            state = run.method.step(run.ctx, state)
+        sync()
         box[0] = state
         return (time.perf_counter() - t0) * 1000 / steps
 
-    return run
+    return timed
 
 
-def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: torch.device, clip: float = 1.0, sigma: float = 1.0):
+def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, clip: float = 1.0, sigma: float = 1.0):
     """Logistic-regression DP-SGD written the usual ways: torch.func vmap(grad), or Opacus' GradSampleModule."""
     from raco_bench.privacy.sampling import poisson_batch
 
     torch.manual_seed(seed)
-    X = torch.as_tensor(ds.train.X, device=device)
-    y = torch.as_tensor(ds.train.y, device=device)
+    dev = torch.device(device)
+    X = torch.as_tensor(ds.train.X, device=dev)
+    y = torch.as_tensor(ds.train.y, device=dev)
     n, q = len(X), batch_size / len(X)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    model = torch.nn.Linear(X.shape[1], ds.n_classes).to(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    model = torch.nn.Linear(X.shape[1], ds.n_classes).to(dev)
     loss_fn = torch.nn.CrossEntropyLoss()
     if kind == "dp-sgd-vmap":
         from torch.func import functional_call, grad, vmap
 
         params = {k: v.detach() for k, v in model.named_parameters()}
-
-        def per_sample_loss(p, x, t):
-            return loss_fn(functional_call(model, p, (x[None],)), t[None])
-
-        per_sample = vmap(grad(per_sample_loss), in_dims=(None, 0, 0))
+        per_sample = vmap(grad(lambda p, x, t: loss_fn(functional_call(model, p, (x[None],)), t[None])), in_dims=(None, 0, 0))
 
         def step():
-            idx = poisson_batch(n, q, gen, device)
+            idx = poisson_batch(n, q, gen, dev)
             g = per_sample(params, X[idx], y[idx])
             norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
             f = (clip / (norms + 1e-12)).clamp(max=1.0)
             for k, v in g.items():
-                total = torch.einsum("b,b...->...", f, v) + sigma * clip * torch.randn(v.shape[1:], generator=gen, device=device)
+                total = torch.einsum("b,b...->...", f, v) + sigma * clip * torch.randn(v.shape[1:], generator=gen, device=dev)
                 params[k] = params[k] - 0.5 * total / batch_size
     else:
         import warnings
@@ -108,26 +94,25 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: torch.d
         opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.5), noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=batch_size)
 
         def step():
-            idx = poisson_batch(n, q, gen, device)
+            idx = poisson_batch(n, q, gen, dev)
             opt.zero_grad()
             loss_fn(gsm(X[idx]), y[idx]).backward()
             opt.step()
 
-    def run(steps: int) -> float:
+    def timed(steps: int) -> float:
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
         return (time.perf_counter() - t0) * 1000 / steps
 
-    return run
+    return timed
 
 
-def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds=7, steps=300, warmup=100, device="cpu", seed=0) -> list[Timing]:
-    dev = torch.device(device)
+def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds=15, steps=200, warmup=100, device="cpu", seed=0) -> list[Timing]:
     out: list[Timing] = []
     for name in datasets:
         ds = load_dataset(name)
-        runners = {m: (_reference_runner(m, ds, batch_size, seed, dev) if m in REFERENCES else _runner(m, ds, batch_size, seed, dev)) for m in methods}
+        runners = {m: (_reference_runner if m in REFERENCES else _method_runner)(m, ds, batch_size, seed, device) for m in methods}
         for run in runners.values():
             run(warmup)
         samples: dict[str, list[float]] = {m: [] for m in methods}
@@ -141,11 +126,11 @@ def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds
 
 
 def hardware() -> str:
-    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    return f"{platform.machine()} CPU ({torch.get_num_threads()} torch threads), torch {torch.__version__}"
 
 
 def format_table(timings: list[Timing], reference: str = "dp-sgd") -> str:
-    lines = ["| dataset | method | batch | ms/step (mean ± sd over rounds) | ratio to " + reference + " |", "|---|---|---|---|---|"]
+    lines = [f"| dataset | method | batch | ms/step (mean ± sd over rounds) | ratio to {reference} |", "|---|---|---|---|---|"]
     ref = {t.dataset: t.ms_mean for t in timings if t.method == reference}
     for t in timings:
         ratio = f"{t.ms_mean / ref[t.dataset]:.3f}" if t.dataset in ref else "n/a"
@@ -155,8 +140,8 @@ def format_table(timings: list[Timing], reference: str = "dp-sgd") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raco-bench bench steptime", description=__doc__)
-    p.add_argument("--datasets", nargs="+", default=["adult"])
-    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS) + list(REFERENCES))
+    p.add_argument("--datasets", nargs="+", default=["adult", "credit"])
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHOD_NAMES) + list(REFERENCES))
     p.add_argument("--references", action="store_true", help="also time DP-SGD written with torch.func vmap and with Opacus")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--rounds", type=int, default=15)

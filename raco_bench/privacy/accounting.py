@@ -154,3 +154,37 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
 
 def describe(mech: StepMechanism) -> dict:
     return {k: v for k, v in asdict(mech).items()}
+
+
+def gaussian_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float) -> float:
+    """ε of ``steps`` Poisson-subsampled Gaussian releases (noise multiplier per unit L2 sensitivity)."""
+    return epsilon(StepMechanism(sampling_rate, noise_multiplier, None), steps, delta)
+
+
+def min_noise_multiplier(sampling_rate: float, steps: int, target_epsilon: float, delta: float, rel_tol: float = 1e-3) -> float:
+    """Smallest Gaussian noise multiplier whose ``steps`` Poisson-subsampled releases spend ≤ ``target_epsilon``.
+
+    Exponential bracketing then bisection on the monotone ε(σ); the returned σ is the upper end of the
+    final bracket, so ε(σ) ≤ target holds for the value returned.
+    """
+    if not target_epsilon > 0:
+        raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")
+    _check_delta(delta)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    eps = lambda s: gaussian_epsilon(s, sampling_rate, steps, delta)  # noqa: E731
+    hi = 1.0
+    while eps(hi) > target_epsilon:
+        hi *= 2.0
+        if hi > 1e6:
+            raise ValueError("no noise multiplier up to 1e6 meets the budget")
+    lo = hi / 2.0
+    while lo > 1e-3 and eps(lo) <= target_epsilon:
+        hi, lo = lo, lo / 2.0
+    while (hi - lo) / hi > rel_tol:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi

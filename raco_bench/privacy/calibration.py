@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, max_steps
+from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, max_steps, min_noise_multiplier
 
 ALGORITHM_VERSION = 1
 CACHE_ENV = "RACO_BENCH_CACHE"
@@ -34,7 +34,7 @@ def default_cache_path() -> Path:
 @dataclass
 class CalibrationCache:
     path: Path | None = field(default_factory=default_cache_path)
-    _memory: dict[str, int] = field(default_factory=dict)
+    _memory: dict[str, float] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
 
@@ -46,7 +46,7 @@ class CalibrationCache:
         }
         return json.dumps(payload, sort_keys=True)
 
-    def _load(self) -> dict[str, int]:
+    def _load(self) -> dict[str, float]:
         if self.path is None or not self.path.is_file():
             return {}
         try:
@@ -54,7 +54,7 @@ class CalibrationCache:
         except (OSError, json.JSONDecodeError):
             return {}
 
-    def _store(self, key: str, value: int) -> None:
+    def _store(self, key: str, value: float) -> None:
         if self.path is None:
             return
         try:
@@ -70,15 +70,25 @@ class CalibrationCache:
 
     def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000) -> int:
         key = self.key(mech, target_epsilon, delta, cap)
+        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap)))
+
+    def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
+        """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier`."""
+        key = json.dumps({"kind": "noise_multiplier", "q": float(sampling_rate), "steps": int(steps), "target_epsilon": float(target_epsilon),
+                          "delta": float(delta), "discretization": DISCRETIZATION, "dp_accounting": version("dp-accounting"),
+                          "algorithm": ALGORITHM_VERSION}, sort_keys=True)
+        return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta)))
+
+    def _get_or_compute(self, key: str, compute):
         if key not in self._memory:
             stored = self._load().get(key)
             if stored is not None:
-                self._memory[key] = int(stored)
+                self._memory[key] = stored
         if key in self._memory:
             self.hits += 1
             return self._memory[key]
         self.misses += 1
-        value = max_steps(mech, target_epsilon, delta, cap)
+        value = compute()
         self._memory[key] = value
         self._store(key, value)
         return value

@@ -30,6 +30,7 @@ class TrainState:
     dual_velocity: torch.Tensor
     step: int
     generator: torch.Generator
+    last_release: "StepRelease | None" = None
 
 
 @dataclass(frozen=True)
