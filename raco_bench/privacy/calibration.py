@@ -39,12 +39,32 @@ class CalibrationCache:
     misses: int = 0
 
     @staticmethod
-    def key(mech: StepMechanism, target_epsilon: float, delta: float, cap: int) -> str:
-        payload = {
-            "mechanism": asdict(mech), "target_epsilon": float(target_epsilon), "delta": float(delta), "cap": int(cap),
-            "discretization": DISCRETIZATION, "dp_accounting": version("dp-accounting"), "algorithm": ALGORITHM_VERSION,
-        }
+    def _versioned(payload: dict) -> str:
+        payload = {**payload, "discretization": DISCRETIZATION, "dp_accounting": version("dp-accounting"), "algorithm": ALGORITHM_VERSION}
         return json.dumps(payload, sort_keys=True)
+
+    @classmethod
+    def key(cls, mech: StepMechanism, target_epsilon: float, delta: float, cap: int) -> str:
+        """Cache key of the largest T for ``mech`` at (ε, δ) under ``cap``."""
+        return cls._versioned({"mechanism": asdict(mech), "target_epsilon": float(target_epsilon), "delta": float(delta), "cap": int(cap)})
+
+    @classmethod
+    def noise_key(cls, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> str:
+        """Cache key of the smallest Gaussian noise multiplier for (q, T, ε, δ)."""
+        return cls._versioned({"kind": "noise_multiplier", "q": float(sampling_rate), "steps": int(steps),
+                               "target_epsilon": float(target_epsilon), "delta": float(delta)})
+
+    def lookup(self, key: str) -> float | None:
+        if key not in self._memory:
+            stored = self._load().get(key)
+            if stored is None:
+                return None
+            self._memory[key] = stored
+        return self._memory[key]
+
+    def put(self, key: str, value: float) -> None:
+        self._memory[key] = value
+        self._store(key, value)
 
     def _load(self) -> dict[str, float]:
         if self.path is None or not self.path.is_file():
@@ -74,21 +94,15 @@ class CalibrationCache:
 
     def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
         """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier`."""
-        key = json.dumps({"kind": "noise_multiplier", "q": float(sampling_rate), "steps": int(steps), "target_epsilon": float(target_epsilon),
-                          "delta": float(delta), "discretization": DISCRETIZATION, "dp_accounting": version("dp-accounting"),
-                          "algorithm": ALGORITHM_VERSION}, sort_keys=True)
+        key = self.noise_key(sampling_rate, steps, target_epsilon, delta)
         return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta)))
 
     def _get_or_compute(self, key: str, compute):
-        if key not in self._memory:
-            stored = self._load().get(key)
-            if stored is not None:
-                self._memory[key] = stored
-        if key in self._memory:
+        value = self.lookup(key)
+        if value is not None:
             self.hits += 1
-            return self._memory[key]
+            return value
         self.misses += 1
         value = compute()
-        self._memory[key] = value
-        self._store(key, value)
+        self.put(key, value)
         return value

@@ -1,0 +1,115 @@
+"""The two-phase protocol as plain data: trial lists, privacy calibration needs, and selection.
+
+A trial is a JSON-able dict (it is what Ray Tune's grid search hands to a trial and what MLflow
+records), identified by a deterministic ``trial_key``. Non-private methods do not depend on ε, so
+they run once (ε = None); methods trained without the slack γ (DP-FERMI, DP-SGD) run once per ε and
+are selected for each γ from the same trials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from raco_bench.sweeps.spec import GAMMA_FREE_METHODS, PRIVATE_METHODS, SweepSpec
+from raco_bench.sweeps.space import sample_configs
+
+PHASE2_SEED_OFFSET = 1000  # phase-2 seeds are fresh: never used in phase 1
+
+
+def trial_key(trial: dict) -> str:
+    fields = {k: trial[k] for k in ("sweep_id", "phase", "method", "epsilon", "gamma", "config_id", "seed")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> dict:
+    t = {
+        "sweep_id": spec.sweep_id, "experiment": spec.experiment, "phase": phase, "dataset": spec.dataset,
+        "constraint": spec.constraint, "method": method, "epsilon": epsilon, "gamma": gamma, "delta": spec.delta,
+        "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
+    }
+    t["trial_key"] = trial_key(t)
+    return t
+
+
+def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None]]:
+    eps = list(spec.epsilons) if method in PRIVATE_METHODS else [None]
+    gam = [None] if method in GAMMA_FREE_METHODS else list(spec.gammas)
+    return [(e, g) for e in eps for g in gam]
+
+
+def phase1_trials(spec: SweepSpec, n_train: int) -> list[dict]:
+    trials = []
+    for method in spec.methods:
+        configs = sample_configs(method, spec.n_configs, n_train, spec.sample_seed)
+        for epsilon, gamma in _grid(spec, method):
+            for config_id, params in enumerate(configs):
+                for seed in range(spec.phase1_seeds):
+                    trials.append(_trial(spec, 1, method, epsilon, gamma, config_id, params, seed))
+    return trials
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The phase-1 winner for one (method, ε, γ), or None when no configuration met γ."""
+
+    method: str
+    epsilon: float | None
+    gamma: float
+    config_id: int | None
+    params: dict | None
+    val_accuracy: float | None
+    val_constraint: float | None
+    n_feasible: int
+    n_configs: int
+
+
+def select(spec: SweepSpec, results: list[dict]) -> list[Selection]:
+    """Best mean validation accuracy among configurations whose mean validation constraint value meets γ.
+
+    ``results`` are completed phase-1 trials, each the trial dict plus ``val_accuracy`` and
+    ``val_max_constraint`` (the reported checkpoint's values).
+    """
+    out = []
+    for method in spec.methods:
+        for epsilon, trained_gamma in _grid(spec, method):
+            gammas = [trained_gamma] if trained_gamma is not None else list(spec.gammas)
+            rows = [r for r in results if r["method"] == method and r["epsilon"] == epsilon and r["gamma"] == trained_gamma]
+            by_config: dict[int, list[dict]] = {}
+            for r in rows:
+                by_config.setdefault(r["config_id"], []).append(r)
+            stats = {
+                cid: (
+                    sum(r["val_accuracy"] for r in rs) / len(rs),
+                    sum(r["val_max_constraint"] for r in rs) / len(rs),
+                    rs[0]["params"],
+                )
+                for cid, rs in by_config.items()
+            }
+            for gamma in gammas:
+                feasible = {cid: s for cid, s in stats.items() if math.isfinite(s[1]) and s[1] <= gamma}
+                if feasible:
+                    cid = max(feasible, key=lambda c: (feasible[c][0], -c))
+                    acc, con, params = feasible[cid]
+                    out.append(Selection(method, epsilon, gamma, cid, params, acc, con, len(feasible), len(stats)))
+                else:
+                    out.append(Selection(method, epsilon, gamma, None, None, None, None, 0, len(stats)))
+    return out
+
+
+def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
+    """Fresh seeds of every winner; a winner shared by several γ (γ-free methods) is trained once."""
+    trials, seen = [], set()
+    for sel in selections:
+        if sel.config_id is None:
+            continue
+        trained_gamma = None if sel.method in GAMMA_FREE_METHODS else sel.gamma
+        key = (sel.method, sel.epsilon, trained_gamma, sel.config_id)
+        if key in seen:
+            continue
+        seen.add(key)
+        for k in range(spec.phase2_seeds):
+            trials.append(_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k))
+    return trials

@@ -1,0 +1,55 @@
+"""What a sweep runs: dataset, constraint, ε and γ grids, methods, and the two-phase protocol sizes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+DEFAULT_METHODS = ("raco-dp", "dp-fermi", "sgda")
+PRIVATE_METHODS = ("raco-dp", "dp-fermi", "dp-sgd")
+GAMMA_FREE_METHODS = ("dp-fermi", "dp-sgd", "sgd")  # trained without the slack γ; γ enters only at selection
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The paper's two-phase protocol (raco_dp_spec.md §5.2): phase 1 tries ``n_configs`` random
+    configurations per (method, ε, γ) with ``phase1_seeds`` seeds each and picks the best validation
+    accuracy among those meeting γ on validation; phase 2 trains ``phase2_seeds`` fresh seeds of it."""
+
+    dataset: str
+    constraint: str = "demographic-parity"
+    epsilons: tuple[float, ...] = (0.5, 1.0, 3.0, 9.0)
+    gammas: tuple[float, ...] = (0.02, 0.05, 0.1)
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    n_configs: int = 200
+    phase1_seeds: int = 5
+    phase2_seeds: int = 20
+    delta: float = 1e-5
+    max_steps: int = 5000
+    eval_every: int = 25
+    sample_seed: int = 0
+    experiment: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.experiment:
+            object.__setattr__(self, "experiment", f"{self.dataset}-{self.constraint}")
+        if not self.epsilons or any(e <= 0 for e in self.epsilons):
+            raise ValueError(f"epsilons must be positive numbers, got {self.epsilons}")
+        if not self.gammas:
+            raise ValueError("give at least one target gamma")
+        for name in ("n_configs", "phase1_seeds", "phase2_seeds", "max_steps", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+
+    @property
+    def sweep_id(self) -> str:
+        """Deterministic id: the same spec always maps to the same MLflow parents and Tune experiments."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+    def smoke(self) -> "SweepSpec":
+        """A small sweep that finishes in a few minutes on 2 CPU cores."""
+        return replace(self, epsilons=(1.0,), gammas=(0.05,), n_configs=2, phase1_seeds=2, phase2_seeds=2, max_steps=300,
+                       eval_every=50, experiment=self.experiment + "-smoke")

@@ -1,0 +1,138 @@
+"""MLflow tracking for sweeps: one experiment per sweep script, a parent run per phase, a child run per trial.
+
+* The default tracking URI is a SQLite file in the working directory (MLflow 3 refuses the file
+  store); on a cluster, an MLflow server on the head node (``MLFLOW_TRACKING_URI``). ``file:`` URIs
+  and bare paths are refused with a clear error.
+* Idempotent logging: a trial's run is found by its deterministic ``trial_key`` tag. A run marked
+  complete is never trained or logged again; an incomplete one (a killed attempt) is reused, and
+  its metrics are written once, in one batch, when the trial finishes. So a retried or resumed trial
+  never creates a second run and never duplicates metric points.
+* The experiment is created once, on the driver; SQLite writes are retried while the file is locked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+TRIAL_KEY = "raco_bench.trial_key"
+SWEEP_ID = "raco_bench.sweep_id"
+PHASE = "raco_bench.phase"
+COMPLETE = "raco_bench.complete"
+KIND = "raco_bench.kind"
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    if uri.startswith("file:") or "://" not in uri:
+        raise ValueError(
+            f"tracking URI {uri!r} points at MLflow's file store, which MLflow 3 refuses; use a SQLite file "
+            "(sqlite:///path/mlflow.db, the default) or an MLflow server (http://host:5000)"
+        )
+    return uri
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
+    """Retry on SQLite's 'database is locked' (several trial processes share one file)."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - MLflow wraps the SQLAlchemy error
+            if "locked" not in str(exc).lower() or i == attempts - 1:
+                raise
+            time.sleep(0.2 * (2**i))
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts beside a SQLite database (predictable paths); servers keep their own default."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts" / experiment).as_uri()
+    return None
+
+
+def get_or_create_experiment(uri: str, name: str) -> str:
+    c = client(uri)
+    exp = retry(lambda: c.get_experiment_by_name(name))
+    if exp is not None:
+        if exp.lifecycle_stage != "active":
+            raise ValueError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore) or pick another name")
+        return exp.experiment_id
+    return retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
+
+
+def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
+    c = client(uri)
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    runs = retry(lambda: c.search_runs([experiment_id], filter_string=query, max_results=5))
+    return runs[0] if runs else None
+
+
+def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int, spec: dict) -> str:
+    tags = {SWEEP_ID: sweep_id, PHASE: str(phase), KIND: "phase"}
+    found = find_run(uri, experiment_id, tags)
+    if found is not None:
+        return found.info.run_id
+    c = client(uri)
+    run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=f"sweep {sweep_id} phase {phase}"))
+    retry(lambda: c.log_text(run.info.run_id, json.dumps(spec, indent=2, default=str), "sweep_spec.json"))
+    return run.info.run_id
+
+
+def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict):
+    """(run_id, completed_run_or_None) for a trial."""
+    found = find_run(uri, experiment_id, {TRIAL_KEY: trial["trial_key"]})
+    if found is not None:
+        return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None)
+    c = client(uri)
+    tags = {
+        "mlflow.parentRunId": parent_id, TRIAL_KEY: trial["trial_key"], SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
+        KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
+        "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": str(trial["gamma"]),
+    }
+    name = f"{trial['method']} eps={trial['epsilon']} gamma={trial['gamma']} config={trial['config_id']} seed={trial['seed']}"
+    run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=name))
+    return run.info.run_id, None
+
+
+def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, float], history: list[tuple[str, float, int]],
+              tags: dict[str, str], artifacts: dict[str, str], files: dict[str, Path]) -> None:
+    """Write a finished trial in one batch, then mark it complete and finished (last, so a crash before it leaves it incomplete)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    c = client(uri)
+    now = int(time.time() * 1000)
+    ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()] + [Metric(k, float(v), now, int(s)) for k, v, s in history]
+    ps = [Param(k, str(v)[:6000]) for k, v in params.items()]
+    existing = retry(lambda: c.get_run(run_id)).data.params
+    ps = [p for p in ps if p.key not in existing]  # a reused run keeps the params it already holds (same values)
+    for i in range(0, len(ps), 100):  # MLflow's log_batch limits: 100 params, 1000 metrics per call
+        retry(lambda i=i: c.log_batch(run_id, params=ps[i:i + 100]))
+    for i in range(0, len(ms), 1000):
+        retry(lambda i=i: c.log_batch(run_id, metrics=ms[i:i + 1000]))
+    for name, text in artifacts.items():
+        retry(lambda name=name, text=text: c.log_text(run_id, text, name))
+    for name, path in files.items():
+        retry(lambda path=path: c.log_artifact(run_id, str(path)))
+    retry(lambda: c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, COMPLETE: "1"}.items()]))
+    retry(lambda: c.set_terminated(run_id, "FINISHED"))
+
+
+def completed_trials(uri: str, experiment_id: str, sweep_id: str, phase: int) -> list:
+    c = client(uri)
+    query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}' and tags.`{KIND}` = 'trial' and tags.`{COMPLETE}` = '1'"
+    runs, token = [], None
+    while True:
+        page = retry(lambda: c.search_runs([experiment_id], filter_string=query, max_results=1000, page_token=token))
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs

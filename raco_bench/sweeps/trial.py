@@ -1,0 +1,116 @@
+"""One sweep trial: train one (method, ε, γ, configuration, seed) and log it to MLflow exactly once.
+
+The reported checkpoint follows each method's paper: for the Lagrangian SGDA family (RaCO-DP,
+SGDA) the best validation accuracy among checkpoints meeting γ on the training set (labelled not
+privacy-accounted; the last iterate is used when none meets it), for DP-FERMI and DP-SGD the last
+iterate. Last-iterate metrics are always logged too (``last_*``). Evaluation curves are step-indexed
+metrics named ``eval/<split>_<metric>`` (steps = training steps), kept apart from the reported values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from raco_bench.sweeps import tracking
+
+METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "satisfied")
+SELECTED_CHECKPOINT_METHODS = ("raco-dp", "sgda")
+
+
+@lru_cache(maxsize=4)
+def _dataset(name: str, split_seed: int):
+    from raco_bench.data import load_dataset
+
+    return load_dataset(name, seed=split_seed)
+
+
+def _flat(prefix: str, block: dict) -> dict[str, float]:
+    out = {}
+    for k in METRICS:
+        if k in block:
+            out[f"{prefix}{k}"] = float(block[k])
+    return out
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    except Exception:  # noqa: BLE001 - outside Ray
+        return "local"
+
+
+def summary_from_run(run) -> dict:
+    m = run.data.metrics
+    return {"val_accuracy": m.get("val_accuracy", math.nan), "val_max_constraint": m.get("val_max_constraint", math.inf),
+            "test_accuracy": m.get("test_accuracy", math.nan), "test_max_constraint": m.get("test_max_constraint", math.nan),
+            "epsilon_spent": m.get("epsilon_spent", math.nan), "reused": 1.0}
+
+
+def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu") -> dict:
+    """Train and log one trial; a trial already complete in MLflow is returned without retraining."""
+    import torch
+
+    from raco_bench.training.config import RunConfig
+    from raco_bench.training.loop import train
+
+    torch.set_num_threads(1)  # one CPU per trial
+    run_id, done = tracking.get_or_create_trial_run(tracking_uri, experiment_id, parent_run_id, trial)
+    if done is not None:
+        return summary_from_run(done)
+    tags = {"raco_bench.trial": json.dumps(trial, sort_keys=True), "device": device, "ray_node_id": _node_id()}
+    if trial.get("skip"):
+        tracking.log_trial(tracking_uri, run_id, {"skip_reason": trial["skip"]}, {"val_max_constraint": math.inf}, [], {**tags, "skipped": trial["skip"]}, {}, {})
+        return {"val_accuracy": math.nan, "val_max_constraint": math.inf, "skipped": 1.0}
+
+    cfg = RunConfig(
+        dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
+        gamma=trial["gamma"] if trial["gamma"] is not None else 0.0, epsilon=trial["epsilon"] or 1.0, delta=trial["delta"],
+        steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
+        params={**trial["params"], **trial.get("calibrated", {})},
+    )
+    result = train(cfg, dataset=_dataset(trial["dataset"], cfg.split_seed))
+    use_selected = trial["method"] in SELECTED_CHECKPOINT_METHODS and result.selected is not None
+    reported = result.selected if use_selected else result.last
+    metrics: dict[str, float] = {}
+    for split in ("train", "val", "test"):
+        metrics.update(_flat(f"{split}_", reported[split]))
+        metrics.update(_flat(f"last_{split}_", result.last[split]))
+    p = result.privacy
+    metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"],
+                   reported_step=float(reported.get("step", result.steps)))
+    if p.get("epsilon_separate_composition_reference") is not None:
+        metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
+    history = [(f"eval/{split}_{k}", float(entry[split][k]), entry["step"]) for entry in result.history for split in ("train", "val", "test")
+               for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
+    history += [(f"eval/{k}", float(entry[k]), entry["step"]) for entry in result.history for k in ("lambda_max", "noisy_constraint_max", "w_norm") if k in entry]
+    params = {**{f"run.{k}": v for k, v in result.config.items() if k != "params"}, **result.hyperparameters}
+    params.update({f"privacy.{k}": v for k, v in p.items() if not isinstance(v, float) or math.isfinite(v)})
+    tags.update(checkpoint=("selected (not privacy-accounted)" if use_selected else "last iterate"), privacy_notion=str(p.get("notion")))
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "weights.npz"
+        np.savez(weights, **result.final_params)
+        tracking.log_trial(
+            tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, history, tags,
+            {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters, "privacy": p}, indent=2, default=str)},
+            {"weights.npz": weights},
+        )
+    return {k: metrics[k] for k in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent") if k in metrics}
+
+
+def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict) -> None:
+    """The Ray Tune function trainable."""
+    import os
+
+    from ray import tune
+
+    os.environ.update(env)
+    summary = execute_trial(config["trial"], tracking_uri, experiment_id, parent_run_id, device)
+    tune.report({k: (v if math.isfinite(v) else -1.0) for k, v in summary.items()})

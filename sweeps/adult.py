@@ -1,0 +1,15 @@
+"""Sweep on adult: RaCO-DP, DP-FERMI and non-private SGDA under demographic parity (sex).
+
+    python sweeps/adult.py [--smoke] [--epsilons ...] [--gammas ...] [--n-configs N] [--resume]
+    ray submit cluster.yaml sweeps/adult.py -- [args]
+"""
+
+import sys
+
+from raco_bench.sweeps import SweepSpec
+from raco_bench.sweeps.runner import main
+
+SPEC = SweepSpec(dataset="adult", constraint="demographic-parity")
+
+if __name__ == "__main__":
+    sys.exit(main(SPEC, sys.argv[1:]))

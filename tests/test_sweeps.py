@@ -1,0 +1,252 @@
+"""Sweeps: cluster.yaml against Ray's schema, the two-phase plan, idempotent MLflow logging, and real
+multi-node Ray clusters on loopback (`ray start`), including a killed worker node and a killed driver."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raco_bench.sweeps import SweepSpec, tracking
+from raco_bench.sweeps.plan import Selection, phase1_trials, phase2_trials, select
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+# --------------------------------------------------------------------------------------- cluster.yaml
+def _ray_schema() -> dict:
+    import ray
+
+    return json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+
+
+def test_cluster_yaml_validates_against_rays_schema():
+    import jsonschema
+
+    text = (ROOT / "cluster.yaml").read_text()
+    config = yaml.safe_load(text)
+    jsonschema.validate(config, _ray_schema())
+    assert config["provider"]["type"] == "aws"
+    assert any("GPU" in t.get("resources", {}) for t in config["available_node_types"].values())
+    assert "~/.ray/auth_token" in config["file_mounts"]  # Ray 2.60 token auth distributed to every node
+    assert any("mlflow server" in c for c in config["head_start_ray_commands"])
+    assert all("RAY_AUTH_MODE=token" in c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c)
+    # the commented on-premise variant
+    block = text.split("# --- on-premise begin\n")[1].split("# --- on-premise end")[0]
+    local = yaml.safe_load("\n".join(line[2:] for line in block.splitlines()))
+    onprem = {k: v for k, v in config.items() if k not in ("provider", "auth", "available_node_types", "head_node_type")}
+    onprem.update(local)
+    jsonschema.validate(onprem, _ray_schema())
+    assert onprem["provider"]["type"] == "local"
+    with pytest.raises(jsonschema.ValidationError):  # the schema really constrains: cluster_name is required
+        jsonschema.validate({k: v for k, v in config.items() if k != "cluster_name"}, _ray_schema())
+
+
+# ------------------------------------------------------------------------------------------- plan
+SPEC = SweepSpec(dataset="adult", epsilons=(1.0, 3.0), gammas=(0.05, 0.1), methods=("raco-dp", "dp-fermi", "sgda"), n_configs=3,
+                 phase1_seeds=2, phase2_seeds=4)
+
+
+def test_phase1_plan_counts_and_keys():
+    trials = phase1_trials(SPEC, n_train=28829)
+    count = Counter(t["method"] for t in trials)
+    assert count["raco-dp"] == 2 * 2 * 3 * 2  # ε × γ × configs × seeds
+    assert count["dp-fermi"] == 2 * 3 * 2  # γ enters only at selection
+    assert count["sgda"] == 2 * 3 * 2  # non-private: no ε axis
+    keys = [t["trial_key"] for t in trials]
+    assert len(set(keys)) == len(keys)
+    assert [t["trial_key"] for t in phase1_trials(SPEC, n_train=28829)] == keys  # deterministic
+    assert trials[0]["params"] == {"batch_size": 1024}  # config 0 is the method's defaults
+
+
+def test_selection_and_phase2():
+    trials = [t for t in phase1_trials(SPEC, 28829) if t["method"] == "dp-fermi" and t["epsilon"] == 1.0]
+    results = []
+    for t in trials:  # config 2: most accurate but violates; config 1 best feasible for γ=0.1; nothing meets 0.05 except config 0
+        acc, con = {0: (0.80, 0.04), 1: (0.83, 0.09), 2: (0.85, 0.20)}[t["config_id"]]
+        results.append({**t, "val_accuracy": acc + 0.001 * t["seed"], "val_max_constraint": con})
+    sel = {(s.method, s.epsilon, s.gamma): s for s in select(SPEC, results)}
+    assert sel[("dp-fermi", 1.0, 0.05)].config_id == 0 and sel[("dp-fermi", 1.0, 0.1)].config_id == 1
+    assert sel[("dp-fermi", 3.0, 0.05)].config_id is None  # no results at all for ε = 3
+    trials2 = phase2_trials(SPEC, list(sel.values()))
+    assert len(trials2) == 2 * SPEC.phase2_seeds
+    assert all(t["seed"] >= 1000 and t["phase"] == 2 for t in trials2)
+    assert not {t["seed"] for t in trials2} & {t["seed"] for t in trials}
+
+
+def test_file_store_is_refused():
+    for uri in ("file:///tmp/mlruns", "./mlruns"):
+        with pytest.raises(ValueError, match="file store"):
+            tracking.resolve_tracking_uri(uri)
+    assert tracking.resolve_tracking_uri("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+# ---------------------------------------------------------------------------- idempotent logging
+def test_trial_logging_is_idempotent(tmp_path):
+    from raco_bench.sweeps.trial import execute_trial
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("sgda", "raco-dp"), n_configs=1, phase1_seeds=1,
+                     max_steps=40, eval_every=20)
+    exp = tracking.get_or_create_experiment(uri, spec.experiment)
+    assert tracking.get_or_create_experiment(uri, spec.experiment) == exp
+    parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
+    assert tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {}) == parent
+    sgda, raco = phase1_trials(spec, n_train=3745)  # no "steps": the trial calibrates T itself (cap 40)
+    first = execute_trial(sgda, uri, exp, parent)
+    again = execute_trial(sgda, uri, exp, parent)
+    assert again.get("reused") == 1.0 and again["val_accuracy"] == pytest.approx(first["val_accuracy"])
+    # a killed attempt leaves an incomplete run: the retry reuses it instead of creating another
+    run_id, done = tracking.get_or_create_trial_run(uri, exp, parent, raco)
+    assert done is None
+    execute_trial(raco, uri, exp, parent)
+    runs = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")
+    assert Counter(r.data.tags[tracking.TRIAL_KEY] for r in runs) == {sgda["trial_key"]: 1, raco["trial_key"]: 1}
+    raco_run = next(r for r in runs if r.data.tags[tracking.TRIAL_KEY] == raco["trial_key"])
+    assert raco_run.info.run_id == run_id and raco_run.data.tags[tracking.COMPLETE] == "1"
+    assert raco_run.data.tags["mlflow.parentRunId"] == parent
+    assert 0 < raco_run.data.metrics["epsilon_spent"] <= 3.0
+    history = tracking.client(uri).get_metric_history(run_id, "eval/val_accuracy")
+    T = int(raco_run.data.metrics["steps"])
+    assert 1 < T <= 40
+    assert sorted(m.step for m in history) == sorted({1, T} | set(range(20, T + 1, 20)))  # step-indexed evaluations, each once
+    assert len(tracking.client(uri).get_metric_history(run_id, "val_accuracy")) == 1
+    arts = {a.path for a in tracking.client(uri).list_artifacts(run_id)}
+    assert {"config.json", "weights.npz"} <= arts
+
+
+# ------------------------------------------------------------------------ real Ray clusters
+SMOKE = ["--smoke", "--max-steps", "100"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _trial_rows(db: Path) -> list[tuple[str, str, str]]:
+    """(trial_key, complete, node) of every trial run, read straight from the SQLite store."""
+    if not db.exists():
+        return []
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "select r.run_uuid, t.key, t.value from runs r join tags t on r.run_uuid = t.run_uuid where r.lifecycle_stage = 'active'"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+    by_run: dict[str, dict] = {}
+    for run, key, value in rows:
+        by_run.setdefault(run, {})[key] = value
+    return [(t.get(tracking.TRIAL_KEY), t.get(tracking.COMPLETE, "0"), t.get("ray_node_id", "")) for t in by_run.values() if t.get(tracking.KIND) == "trial"]
+
+
+@pytest.fixture
+def loopback_cluster(tmp_path):
+    import secrets
+
+    port = _free_port()
+    # token authentication on every process, as cluster.yaml sets it up (Ray 2.60)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *common], check=True, env=env, capture_output=True)
+    worker = subprocess.Popen([RAY, "start", f"--address=127.0.0.1:{port}", "--block", *common], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        out = subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).stdout
+        if "2.0 CPU" in out or "0.0/2.0 CPU" in out:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("the two-node loopback cluster did not come up")
+    yield {"address": address, "worker": worker, "env": env}
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    subprocess.run([RAY, "stop", "--force"], capture_output=True)
+
+
+def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
+    cmd = [sys.executable, str(ROOT / "sweeps" / "adult.py"), *SMOKE, *args]
+    if wait:
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _check_one_run_per_trial(cwd: Path) -> list[tuple[str, str, str]]:
+    rows = _trial_rows(cwd / "mlflow.db")
+    keys = Counter(k for k, _, _ in rows)
+    assert all(n == 1 for n in keys.values()), keys
+    assert all(c == "1" for _, c, _ in rows)
+    uri = f"sqlite:///{cwd / 'mlflow.db'}"
+    spec = SweepSpec(dataset="adult").smoke()
+    from dataclasses import replace
+
+    spec = replace(spec, max_steps=100)
+    exp = tracking.get_or_create_experiment(uri, spec.experiment)
+    phase1 = tracking.completed_trials(uri, exp, spec.sweep_id, 1)
+    phase2 = tracking.completed_trials(uri, exp, spec.sweep_id, 2)
+    assert len(phase1) == len(phase1_trials(spec, 28829)) == 12
+    assert {r.data.tags["method"] for r in phase1} == {"raco-dp", "dp-fermi", "sgda"}
+    winners = {(r.data.tags["method"], r.data.tags["config_id"]) for r in phase2}
+    assert len(phase2) == spec.phase2_seeds * len(winners) and len(winners) >= 1
+    assert len(rows) == len(phase1) + len(phase2)
+    return rows
+
+
+@pytest.mark.slow
+def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
+    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    proc = _sweep(tmp_path, env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Selected configurations" in proc.stdout and "trials/minute" in proc.stdout
+    rows = _check_one_run_per_trial(tmp_path)
+    assert len({node for _, _, node in rows}) == 2  # trials ran on both nodes
+
+
+@pytest.mark.slow
+def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
+    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    proc = _sweep(tmp_path, env, wait=False)
+    deadline = time.time() + 300
+    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db")) < 3:
+        time.sleep(0.5)
+    os.killpg(loopback_cluster["worker"].pid, signal.SIGKILL)  # the worker node dies mid-sweep
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    _check_one_run_per_trial(tmp_path)
+
+
+@pytest.mark.slow
+def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster):
+    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    proc = _sweep(tmp_path, env, wait=False)
+    deadline = time.time() + 300
+    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db")) < 4:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver dies mid-sweep
+    proc.wait()
+    done_before = sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db"))
+    assert 4 <= done_before < 16
+    resumed = _sweep(tmp_path, env, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout
+    _check_one_run_per_trial(tmp_path)
