@@ -112,7 +112,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.what == "steptime":
         return step_time.main(args.rest)
-    raise ValueError(f"unknown benchmark {args.what!r}; choose 'steptime'")
+    return step_time.main_walltime(args.rest)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from raco_bench.report.build import build_report
+    from raco_bench.report.load import ReportError
+
+    try:
+        report = build_report(args.experiment, args.tracking_uri, Path(args.out or f"reports/{args.experiment}"),
+                              Path(args.references) if args.references else None, args.walltime_experiment,
+                              log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id)
+    except ReportError as exc:
+        raise ValueError(str(exc)) from None
+    for path in report.files:
+        print(path)
+    for note in report.notes:
+        print(f"note: {note}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,8 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("bench", help="benchmarks: steptime")
-    p.add_argument("what", choices=["steptime"])
+    p = sub.add_parser("report", help="figures and tables of a sweep from MLflow")
+    p.add_argument("--experiment", required=True, help="the sweep's MLflow experiment, e.g. adult-demographic-parity")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>/)")
+    p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source")
+    p.add_argument("--walltime-experiment", default="raco-bench-walltime")
+    p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("bench", help="benchmarks: steptime (print), walltime (print and log to MLflow for reports)")
+    p.add_argument("what", choices=["steptime", "walltime"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_bench)
     return parser

@@ -155,5 +155,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main_walltime(argv: list[str] | None = None) -> int:
+    """`raco-bench bench walltime`: the same measurement, also logged to MLflow for `raco-bench report`."""
+    from raco_bench.report.tables import WALLTIME_EXPERIMENT, log_walltime
+    from raco_bench.sweeps.tracking import resolve_tracking_uri
+
+    p = argparse.ArgumentParser(prog="raco-bench bench walltime", description=main_walltime.__doc__)
+    p.add_argument("--datasets", nargs="+", default=["adult", "credit"])
+    p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHOD_NAMES))
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--experiment", default=WALLTIME_EXPERIMENT)
+    args = p.parse_args(argv)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    timings = measure(args.datasets, args.methods, args.batch_size, args.rounds, args.steps, device=args.device)
+    print(f"hardware: {hardware()}")
+    print(format_table(timings))
+    run = log_walltime(uri, timings, hardware(), args.experiment)
+    print(f"logged to {uri}, experiment {args.experiment!r}, run {run}")
+    return 0
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

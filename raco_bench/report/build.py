@@ -1,0 +1,162 @@
+"""`raco-bench report`: everything MLflow holds about a sweep, as files a paper can use.
+
+Outputs in ``--out``:
+
+* ``runs.csv``: the tidy table of every finished trial run used;
+* ``pareto.{pdf,png}``: test error against test constraint violation, one panel per ε, one colour per
+  method, non-dominated points joined, spread over phase-2 seeds (paper Fig. 2);
+* ``satisfaction.{pdf,png}`` and ``satisfaction.csv``: per target γ, the selected configuration's test
+  violation and error with their spread against violation = γ, and the share of runs meeting γ (Fig. 3);
+* ``fnr.{pdf,png}`` for false-negative-rate sweeps: accuracy against FNR;
+* ``walltime.{md,tex,csv}``: the latest `raco-bench bench walltime` table, when one was logged;
+* ``index.md`` linking it all, with notes (methods with no point meeting γ, substitutes, privacy notions).
+
+The whole folder is also logged to MLflow as artifacts of the sweep's latest phase parent run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raco_bench.report import figures
+from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
+from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
+from raco_bench.sweeps import tracking
+
+REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
+
+
+@dataclass
+class Report:
+    out: Path
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def load_references(path: Path | None, datasets: set[str]) -> pd.DataFrame | None:
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ReportError(f"reference-points file {path} does not exist")
+    ref = pd.read_csv(path, comment="#")
+    missing = [c for c in REFERENCE_COLUMNS if c not in ref.columns]
+    if missing:
+        raise ReportError(f"reference-points file {path} lacks column(s) {', '.join(missing)}; expected {', '.join(REFERENCE_COLUMNS)}")
+    ref = ref[ref["dataset"].isin(datasets)].copy()
+    ref["epsilon"] = pd.to_numeric(ref["epsilon"], errors="coerce").replace([np.inf], np.nan)
+    return ref
+
+
+def _selections(uri: str, exp_id: str, df: pd.DataFrame) -> list[dict]:
+    """The sweep's phase-1 winners (logged by the driver on the phase-2 parent run)."""
+    c = tracking.client(uri)
+    sweep_id = df["sweep_id"].iloc[0]
+    parents = c.search_runs([exp_id], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'")
+    for p in parents:
+        try:
+            local = c.download_artifacts(p.info.run_id, "selected_configurations.json")
+        except Exception:  # noqa: BLE001 - an interrupted sweep has no selection yet
+            continue
+        return json.loads(Path(local).read_text())
+    return []
+
+
+def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
+    rows = []
+    phase2 = df[df["phase"] == 2]
+    for sel in selections:
+        if sel.get("config_id") is None:
+            continue
+        eps = sel["epsilon"]
+        runs = phase2[(phase2["method"] == sel["method"]) & (phase2["config_id"] == sel["config_id"])
+                      & ((phase2["epsilon"].isna()) if eps is None else (phase2["epsilon"] == eps))
+                      & ((phase2["gamma"].isna()) | (phase2["gamma"] == sel["gamma"]))]
+        if runs.empty:
+            continue
+        v, e = runs["test_max_constraint"], runs["test_error"]
+        rows.append({"method": sel["method"], "epsilon": math.inf if eps is None else float(eps), "gamma": float(sel["gamma"]),
+                     "config_id": sel["config_id"], "n_runs": len(runs), "test_violation": v.mean(), "test_violation_sd": v.std(),
+                     "test_error": e.mean(), "test_error_sd": e.std(), "share_meeting": float((v <= sel["gamma"]).mean())})
+    return pd.DataFrame(rows)
+
+
+def build_report(experiment: str, tracking_uri: str | None, out: Path, references: Path | None = None,
+                 walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None) -> Report:
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
+    refs = load_references(references, set(df["dataset"]))
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(out)
+    exp_id = experiment_id(uri, experiment)
+    dataset, constraint = df["dataset"].iloc[0], df["constraint"].iloc[0]
+
+    runs_csv = out / "runs.csv"
+    df.to_csv(runs_csv, index=False)
+    report.files.append(runs_csv)
+    agg = aggregate(df)
+    title = f"{dataset}, {constraint}: test error vs test constraint violation"
+    report.files += figures.tradeoff_figure(agg, df, out, "pareto", "test_violation", "test_error", "test constraint violation (max over constraints)",
+                                            "test error", title, references=refs)
+    if constraint == "false-negative-rate":
+        report.files += figures.tradeoff_figure(agg, df, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
+                                                f"{dataset}: accuracy vs false-negative rate", minimise_y=False, references=refs,
+                                                reference_xy=lambda r: (r["violation"], 1 - r["error"]))
+
+    selections = _selections(uri, exp_id, df)
+    for sel in selections:
+        if sel.get("config_id") is None:
+            eps = "∞ (non-private)" if sel["epsilon"] is None else sel["epsilon"]
+            report.notes.append(f"{sel['method']} at ε = {eps}, γ = {sel['gamma']}: no configuration met γ on validation "
+                                f"({sel.get('feasible_configs', '0')} feasible); it has no point in the satisfaction plot.")
+    sat = satisfaction_rows(df, selections)
+    if not sat.empty:
+        sat.to_csv(out / "satisfaction.csv", index=False)
+        report.files.append(out / "satisfaction.csv")
+        report.files += figures.satisfaction_figure(sat, df, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction")
+    elif not selections:
+        report.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
+
+    wall = load_walltime(uri, walltime_experiment)
+    if wall is not None:
+        report.files += write_walltime_tables(wall, out)
+    else:
+        report.notes.append(f"no wall-time benchmark in experiment {walltime_experiment!r}; run `raco-bench bench walltime` to add the table.")
+    _write_index(report, experiment, uri, df)
+    if log_to_mlflow:
+        _log(uri, exp_id, df, out)
+    return report
+
+
+def _write_index(report: Report, experiment: str, uri: str, df: pd.DataFrame) -> None:
+    counts = df.groupby(["method", "phase"]).size().rename("runs").reset_index()
+    lines = [f"# Report: {experiment}", "", f"Tracking URI: `{uri}`; sweep `{df['sweep_id'].iloc[0]}`. Runs used: {len(df)} "
+             "(tidy table: [runs.csv](runs.csv)).", "",
+             figures.privacy_caption(df), "", markdown_table(counts), "", "## Figures and tables", ""]
+    for path in report.files:
+        if path.suffix in (".png",):
+            lines += [f"### {path.stem}", f"![{path.stem}]({path.name})", f"[PDF]({path.stem}.pdf)", ""]
+        elif path.suffix in (".csv", ".md", ".tex"):
+            lines.append(f"- [{path.name}]({path.name})")
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    notes = sorted({n for n in df["dataset"].unique() if str(n).startswith("acs")})
+    if notes:
+        lines += ["", "ACS results use the offline 2017 1-Year Alabama 5,000-row sample: a substitute, not comparable with the paper's numbers."]
+    index = report.out / "index.md"
+    index.write_text("\n".join(lines) + "\n")
+    report.files.append(index)
+
+
+def _log(uri: str, exp_id: str, df: pd.DataFrame, out: Path) -> None:
+    c = tracking.client(uri)
+    sweep_id = df["sweep_id"].iloc[0]
+    parents = c.search_runs([exp_id], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'",
+                            order_by=[f"tags.`{tracking.PHASE}` DESC"])
+    if parents:
+        tracking.retry(lambda: c.log_artifacts(parents[0].info.run_id, str(out), "report"))

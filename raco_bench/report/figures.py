@@ -1,0 +1,145 @@
+"""Paper-style figures: Pareto frontiers (paper Fig. 2), constraint satisfaction (Fig. 3), accuracy vs FNR.
+
+Colours are the Okabe–Ito colour-blind-safe palette, fixed per method across every figure; each
+figure states the privacy notion and δ. Figures are written as PDF and PNG.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from raco_bench.report.pareto import frontier  # noqa: E402
+
+METHOD_STYLE = {  # Okabe–Ito
+    "raco-dp": ("#0072B2", "o"),
+    "dp-fermi": ("#D55E00", "s"),
+    "sgda": ("#009E73", "^"),
+    "dp-sgd": ("#CC79A7", "D"),
+    "sgd": ("#E69F00", "v"),
+}
+FALLBACK = ("#56B4E9", "P")
+
+
+def style(method: str) -> tuple[str, str]:
+    return METHOD_STYLE.get(method, FALLBACK)
+
+
+def _eps_label(eps: float) -> str:
+    return "ε = ∞ (non-private)" if not math.isfinite(eps) else f"ε = {eps:g}"
+
+
+def privacy_caption(df: pd.DataFrame) -> str:
+    deltas = sorted({d for d in df["delta"].dropna()})
+    notions = sorted({n for n in df["privacy_notion"] if n and n != "none"})
+    delta = ", ".join(f"{d:g}" for d in deltas) or "n/a"
+    return f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Hyperparameter tuning and checkpoint selection are not privacy-accounted."
+
+
+def save(fig, out: Path, stem: str) -> list[Path]:
+    paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
+    fig.savefig(paths[0], bbox_inches="tight")
+    fig.savefig(paths[1], dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def _legend_entries(axes) -> tuple[list, list]:
+    """Legend entries of all panels, each label once."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    return handles, labels
+
+
+def _panels(epsilons: list[float]):
+    n = max(1, len(epsilons))
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, sharey=True)
+    return fig, list(axes[0])
+
+
+def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x: str, y: str, xlabel: str, ylabel: str,
+                    title: str, minimise_y: bool = True, references: pd.DataFrame | None = None,
+                    reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["violation"], r["error"])) -> list[Path]:
+    """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
+    their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
+    private_eps = sorted(e for e in agg["epsilon"].unique() if math.isfinite(e)) or [math.inf]
+    fig, axes = _panels(private_eps)
+    for ax, eps in zip(axes, private_eps):
+        panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
+        for method, rows in panel.groupby("method"):
+            color, marker = style(method)
+            label = method + ("" if math.isfinite(rows["epsilon"].iloc[0]) or not math.isfinite(eps) else " (non-private)")
+            p1 = rows[rows["phase"] == 1]
+            ax.scatter(p1[x], p1[y], s=10, color=color, alpha=0.25, marker=marker, linewidths=0)
+            best = rows[rows["phase"] == 2]
+            if best.empty:
+                best = p1
+                label += " (phase 1)"
+            pts = np.column_stack([best[x].to_numpy(), best[y].to_numpy() if minimise_y else -best[y].to_numpy()])
+            ax.errorbar(best[x], best[y], xerr=best.get(x + "_sd"), yerr=best.get(y + "_sd"), fmt=marker, color=color, ms=5,
+                        capsize=2, alpha=0.9, label=label)
+            front = frontier(pts)
+            if len(front):
+                ax.plot(best[x].to_numpy()[front], best[y].to_numpy()[front], "-", color=color, lw=1.5)
+        if references is not None and not references.empty:
+            ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
+            for (method, source), rows in ref.groupby(["method", "source"]):
+                rx, ry = reference_xy(rows)
+                ax.scatter(rx, ry, marker="*", s=90, facecolor="none", edgecolor=style(method)[0], linewidths=1.2,
+                           label=f"{method}, published ({source})")
+        ax.set_title(_eps_label(eps))
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    handles, labels = _legend_entries(axes)
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, -0.12), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.text(0.5, -0.2, privacy_caption(df), ha="center", fontsize=7)
+    return save(fig, out, stem)
+
+
+def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, title: str) -> list[Path]:
+    """Per ε: test violation (top) and test error (bottom) against the target γ, with the violation = γ line,
+    annotated with the share of runs meeting γ."""
+    eps_values = sorted(rows["epsilon"].unique(), key=lambda e: (not math.isfinite(e), e))
+    n = len(eps_values)
+    fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True)
+    for j, eps in enumerate(eps_values):
+        top, bottom = axes[0][j], axes[1][j]
+        panel = rows[rows["epsilon"] == eps]
+        lo, hi = float(panel["gamma"].min()), float(panel["gamma"].max())
+        pad = 0.1 * (hi - lo if hi > lo else max(hi, 0.01))
+        line = np.array([lo - pad, hi + pad])
+        top.plot(line, line, "--", color="black", lw=1, label="violation = γ")
+        for method, m in panel.groupby("method"):
+            color, marker = style(method)
+            m = m.sort_values("gamma")
+            top.errorbar(m["gamma"], m["test_violation"], yerr=m["test_violation_sd"], fmt=marker + "-", color=color, capsize=2, label=method)
+            bottom.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2, label=method)
+            for _, r in m.iterrows():
+                top.annotate(f"{100 * r['share_meeting']:.0f}%", (r["gamma"], r["test_violation"]), textcoords="offset points", xytext=(4, 4),
+                             fontsize=7, color=color)
+        top.set_title(_eps_label(eps))
+        if j == 0:
+            top.set_ylabel("test constraint violation")
+            bottom.set_ylabel("test error")
+        bottom.set_xlabel("target γ")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    handles, labels = _legend_entries(axes[0])
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), bbox_to_anchor=(0.5, -0.04), fontsize=8, frameon=False)
+    fig.suptitle(title + "\n(labels: share of phase-2 runs meeting γ on test)", fontsize=10)
+    fig.text(0.5, -0.08, privacy_caption(df), ha="center", fontsize=7)
+    return save(fig, out, stem)

@@ -1,0 +1,87 @@
+"""Wall-time tables (paper Table 2) from the benchmark's MLflow experiment, as Markdown, LaTeX and CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from raco_bench.sweeps import tracking
+
+WALLTIME_EXPERIMENT = "raco-bench-walltime"
+
+
+def log_walltime(uri: str, timings, hardware: str, experiment: str = WALLTIME_EXPERIMENT, reference: str = "dp-sgd") -> str:
+    """One parent run per benchmark invocation, one child run per (dataset, method)."""
+    c = tracking.client(uri)
+    exp = tracking.get_or_create_experiment(uri, experiment)
+    parent = c.create_run(exp, tags={tracking.KIND: "walltime", "hardware": hardware}, run_name=f"walltime {hardware}")
+    ref = {t.dataset: t.ms_mean for t in timings if t.method == reference}
+    from mlflow.entities import Metric, Param
+
+    for t in timings:
+        child = c.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, tracking.KIND: "walltime-row"}, run_name=f"{t.dataset} {t.method}")
+        params = [Param("dataset", t.dataset), Param("method", t.method), Param("batch_size", str(t.batch_size)), Param("hardware", hardware),
+                  Param("rounds", str(t.rounds)), Param("steps_per_round", str(t.steps_per_round))]
+        metrics = [Metric("ms_mean", t.ms_mean, 0, 0), Metric("ms_sd", t.ms_sd, 0, 0)]
+        if t.dataset in ref:
+            metrics.append(Metric(f"ratio_to_{reference.replace('-', '_')}", t.ms_mean / ref[t.dataset], 0, 0))
+        c.log_batch(child.info.run_id, metrics=metrics, params=params)
+        c.set_terminated(child.info.run_id)
+    c.set_terminated(parent.info.run_id)
+    return parent.info.run_id
+
+
+def load_walltime(uri: str, experiment: str = WALLTIME_EXPERIMENT) -> pd.DataFrame | None:
+    """The latest benchmark invocation's rows, or None when the benchmark was never logged."""
+    c = tracking.client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    parents = c.search_runs([exp.experiment_id], f"tags.`{tracking.KIND}` = 'walltime'", order_by=["attributes.start_time DESC"], max_results=1)
+    if not parents:
+        return None
+    children = c.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'", max_results=1000)
+    rows = [{**r.data.params, **r.data.metrics} for r in children]
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    df["batch_size"] = df["batch_size"].astype(int)
+    return df.sort_values(["dataset", "ms_mean"]).reset_index(drop=True)
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    header = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
+    def esc(v) -> str:
+        text = str(v)
+        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
+            text = text.replace(a, b)
+        return text.replace("±", r"$\pm$")
+
+    lines = [r"\begin{table}[t]", r"\centering", r"\begin{tabular}{" + "l" * len(df.columns) + "}", r"\toprule",
+             " & ".join(esc(c) for c in df.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(esc(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{esc(caption)}}}", rf"\label{{{label}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_walltime_tables(df: pd.DataFrame, out: Path, stem: str = "walltime") -> list[Path]:
+    hardware = "; ".join(sorted(df["hardware"].unique()))
+    ratio_col = next((c for c in df.columns if c.startswith("ratio_to_")), None)
+    table = pd.DataFrame({
+        "dataset": df["dataset"], "method": df["method"], "batch size": df["batch_size"],
+        "ms/step (mean ± sd)": [f"{m:.3f} ± {s:.3f}" for m, s in zip(df["ms_mean"], df["ms_sd"])],
+    })
+    if ratio_col:
+        table[ratio_col.replace("ratio_to_", "ratio to ").replace("_", "-")] = [f"{v:.2f}" for v in df[ratio_col]]
+    csv, md, tex = out / f"{stem}.csv", out / f"{stem}.md", out / f"{stem}.tex"
+    df.to_csv(csv, index=False)
+    md.write_text(f"Mean wall time per step (hardware: {hardware}).\n\n" + markdown_table(table) + "\n")
+    tex.write_text(latex_table(table, f"Mean wall time per training step ({hardware}).", "tab:walltime"))
+    return [csv, md, tex]
