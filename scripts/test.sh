@@ -1,12 +1,6 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (CPU torch first) and run the whole test suite.
+# Set up the virtual environment (CPU torch first) and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${RACO_BENCH_VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
-# torch==2.13.0 is a CPU build on these machines; a bare "torch" requirement would pull a multi-GB CUDA build.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0" || "$VENV/bin/python" -m pip install -q "torch>=2.4,<2.15" --index-url https://download.pytorch.org/whl/cpu
-"$VENV/bin/python" -m pip install -q -e ".[test]"
-if [ -z "${RACO_BENCH_DATA:-}" ] && [ -d ../shared/data ]; then export RACO_BENCH_DATA="$(cd ../shared/data && pwd)"; fi
+source scripts/setup.sh test
 exec "$VENV/bin/python" -m pytest tests "$@"

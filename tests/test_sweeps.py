@@ -191,6 +191,12 @@ def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
     return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _wait_for_completed_trials(db: Path, n: int, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(db)) < n:
+        time.sleep(0.5)
+
+
 def _check_one_run_per_trial(cwd: Path) -> list[tuple[str, str, str]]:
     rows = _trial_rows(cwd / "mlflow.db")
     keys = Counter(k for k, _, _ in rows)
@@ -226,9 +232,7 @@ def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
 def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
     env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
     proc = _sweep(tmp_path, env, wait=False)
-    deadline = time.time() + 300
-    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db")) < 3:
-        time.sleep(0.5)
+    _wait_for_completed_trials(tmp_path / "mlflow.db", 3)
     os.killpg(loopback_cluster["worker"].pid, signal.SIGKILL)  # the worker node dies mid-sweep
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
@@ -239,9 +243,7 @@ def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
 def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster):
     env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
     proc = _sweep(tmp_path, env, wait=False)
-    deadline = time.time() + 300
-    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db")) < 4:
-        time.sleep(0.5)
+    _wait_for_completed_trials(tmp_path / "mlflow.db", 4)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies mid-sweep
     proc.wait()
     done_before = sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db"))
