@@ -110,7 +110,7 @@ class DPFermi(Method):
             raise ValueError(f"dp-fermi regularises {' or '.join(FAIRNESS)}; got constraint {run.constraint!r}")
         eo = FAIRNESS[run.constraint] == "eo"
         q = check_batch(ctx, h.batch_size)
-        T = run.steps or h.default_steps
+        T = run.steps or min(h.default_steps, run.max_steps)
         n, G, c = ctx.n_train, ds.n_groups, ds.n_classes
         ctx_ids = ds.train.y if eo else np.zeros(n, dtype=np.int64)
         n_ctx = c if eo else 1

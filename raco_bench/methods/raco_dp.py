@@ -77,7 +77,7 @@ def plan_steps(ctx: Context, mech: StepMechanism | None, default_steps: int) -> 
     """T: the run's steps, or the largest the (ε, δ) budget allows (checked either way)."""
     run = ctx.run
     if mech is None:
-        return run.steps or default_steps
+        return run.steps or min(default_steps, run.max_steps)
     if run.steps is not None:
         spent = epsilon(mech, run.steps, run.delta)
         if spent > run.epsilon:

@@ -22,7 +22,7 @@ class RunConfig:
     epsilon: float = 1.0
     delta: float = 1e-5
     steps: int | None = None  # None: the largest T the budget allows (RaCO-DP, DP-SGD) / the method's default
-    max_steps: int = 5000  # cap on the calibrated T (the reference code's MAX_STEPS)
+    max_steps: int = 5000  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
     seed: int = 0
     split_seed: int = 0
     eval_every: int = 25
