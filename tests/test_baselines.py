@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -13,7 +12,6 @@ from baselines.dp_fermi import theorem_3_3_noise
 from baselines.ermi import (
     ermi, linear_coefficients, optimal_w, per_sample_w_gradients, project_frobenius, psi_mean, w_gradient_sum,
 )
-from raco_bench.data import load_dataset
 from raco_bench.privacy.accounting import gaussian_epsilon
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import prepare_run, train

@@ -4,7 +4,6 @@ multi-node Ray clusters on loopback (`ray start`), including a killed worker nod
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import socket
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from raco_bench.sweeps import SweepSpec, tracking
-from raco_bench.sweeps.plan import Selection, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.plan import phase1_trials, phase2_trials, select
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).parent / "ray")

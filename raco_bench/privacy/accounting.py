@@ -16,7 +16,7 @@ Adjacency is add/remove-one throughout (spec Q16).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -150,10 +150,6 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
         else:
             hi = mid
     return lo
-
-
-def describe(mech: StepMechanism) -> dict:
-    return {k: v for k, v in asdict(mech).items()}
 
 
 def gaussian_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float) -> float:
