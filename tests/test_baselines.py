@@ -183,3 +183,33 @@ def test_dp_sgd_epsilon_agrees_with_opacus_accountant(q, sigma, T):
     rdp.history = [(sigma, q, T)]
     assert ours == pytest.approx(prv.get_epsilon(1e-5), rel=0.05)
     assert ours <= rdp.get_epsilon(1e-5)  # RDP is a looser bound
+
+
+def test_dp_fermi_sensitive_attribute_noise_scales(adult):
+    """q = 1 on a small slice: θ noise has std λσ_θ and W noise std σ_W (Theorem 3.3), the loss gradient none."""
+    from dataclasses import replace
+
+    from raco_bench.training.objective import lagrangian_residual
+
+    small = replace(adult, train=replace(adult.train, X=adult.train.X[:200], y=adult.train.y[:200], group=adult.train.group[:200]))
+    lam = 0.7
+    run = prepare_run(RunConfig(method="dp-fermi", epsilon=1.0, steps=50,
+                                params={"batch_size": 200, "w_radius": 1e6, "privacy": "sensitive-attribute", "fairness": lam}), small)
+    ctx, method = run.ctx, run.method
+    h, e = ctx.hyper, ctx.extra
+    assert "sensitive-attribute" in ctx.privacy["notion"] and ctx.privacy["sigma_theta"] > 0
+    z_theta, z_w = [], []
+    for seed in range(150):
+        state = method.init_state(ctx, torch.Generator().manual_seed(seed))
+        new = method.step(ctx, state)
+        F = torch.softmax(e["model"].logits(state.params, e["X"]), 1)
+        coef = lam * linear_coefficients(state.W, e["ctx_ids"], e["s"], e["inv_sqrt_p"])
+        g = e["model"].clipped_grad_sum(state.params, e["X"], lagrangian_residual(F, e["y_onehot"], coef, 1.0), None, e["sq_norms"])
+        for k in state.params:
+            z_theta.append(((state.params[k] - new.params[k]) / h.lr - g[k] / h.batch_size).reshape(-1))
+        gw = w_gradient_sum(state.W, F, e["ctx_ids"], e["s"], e["inv_sqrt_p"], None)
+        z_w.append(((new.W - state.W) / (h.lr_w * lam) - gw / h.batch_size).reshape(-1))
+    zt, zw = torch.cat(z_theta).double().numpy(), torch.cat(z_w).double().numpy()
+    assert zt.std() == pytest.approx(lam * e["sigma_theta"], rel=0.05)
+    assert zw.std() == pytest.approx(e["sigma_w"], rel=0.1)
+    assert stats.kstest(zw / zw.std(), "norm").pvalue > 1e-3

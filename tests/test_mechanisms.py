@@ -108,24 +108,32 @@ def test_laplace_noise_has_the_stated_scale():
     assert stats.kstest(z, "laplace", args=(0, 2.5)).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("hist_mode", ["shared", "independent"])
-def test_histogram_noise_in_the_step_has_scale_s_L_and_vanishes_without_privacy(hist_mode):
-    """With q = 1 the histogram batch is the whole data set: Ĥ − H must be iid Laplace(0, s_L)."""
+def _exact_histogram(model, state, data, rates, s):
+    probs = tempered_softmax(model.logits(state.params, data.X), s.temperature)
+    if s.dual_update == "hard":
+        probs = torch.nn.functional.one_hot(probs.argmax(1), probs.shape[1]).to(probs.dtype)
+    return rates.histogram(probs, _parts(data))
+
+
+@pytest.mark.parametrize("hist_mode,dual", [("shared", "soft"), ("independent", "soft"), ("shared", "hard")])
+def test_histogram_noise_in_the_step_has_scale_s_L_and_vanishes_without_privacy(hist_mode, dual):
+    """With q = 1 the histogram batch is the whole data set: Ĥ − H must be iid Laplace(0, s_L)
+    (for the hard dual update H is the one-hot argmax histogram, the only one released)."""
     data, rates, problem = _toy_data(n=30)
     model = LogisticRegression(3, 2)
-    private = _settings(30, histogram_batch=hist_mode)
+    private = _settings(30, histogram_batch=hist_mode, dual_update=dual)
     diffs = []
     for seed in range(2500):
         state = _state(model, data, problem.n_constraints, seed)
-        exact = rates.histogram(tempered_softmax(model.logits(state.params, data.X), private.temperature), _parts(data))
+        exact = _exact_histogram(model, state, data, rates, private)
         _, release = sgda_step(state, data, model, private, rates)
         diffs.append((release.histogram - exact).reshape(-1))
     diffs = torch.cat(diffs).numpy()
     assert stats.kstest(diffs, "laplace", args=(0, private.laplace_scale)).pvalue > 1e-3
     assert np.abs(diffs).mean() == pytest.approx(private.laplace_scale, rel=0.03)
-    off = _settings(30, private=False)
+    off = _settings(30, private=False, dual_update=dual)
     state = _state(model, data, problem.n_constraints, 0)
-    exact = rates.histogram(tempered_softmax(model.logits(state.params, data.X), off.temperature), _parts(data))
+    exact = _exact_histogram(model, state, data, rates, off)
     torch.testing.assert_close(sgda_step(state, data, model, off, rates)[1].histogram, exact)
 
 
