@@ -36,13 +36,16 @@ import torch
 
 from baselines.ermi import linear_coefficients, project_frobenius, w_gradient_sum
 from raco_bench.methods.base import Context, Method, check_positive
-from raco_bench.methods.raco_dp import check_batch
+from raco_bench.methods.raco_dp import check_batch, train_tensors
 from raco_bench.models import LogisticRegression, build_model
 from raco_bench.privacy.accounting import gaussian_epsilon
 from raco_bench.privacy.sampling import poisson_batch
 from raco_bench.training.objective import lagrangian_residual, lagrangian_value
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
+# full mode releases two blocks (θ, W) from one batch, each clipped and noised with the same multiplier σ:
+# after scaling each block by its clip norm the joint L2 sensitivity is √2, i.e. one Gaussian with σ/√2.
+BLOCK_SENSITIVITY = math.sqrt(2.0)
 FAIRNESS = {"demographic-parity": "dp", "equalized-odds": "eo"}
 
 
@@ -104,26 +107,28 @@ class DPFermi(Method):
     Hyper = DPFermiHyper
 
     # ------------------------------------------------------------------ planning
+    @staticmethod
+    def planned_steps(hyper: DPFermiHyper, steps: int | None, max_steps: int) -> int:
+        """T: the run's steps, else the default capped by ``max_steps`` (the sweep driver calibrates σ for it)."""
+        return steps or min(hyper.default_steps, max_steps)
+
     def prepare(self, ctx: Context) -> None:
         h, ds, run = ctx.hyper, ctx.dataset, ctx.run
         if run.constraint not in FAIRNESS:
             raise ValueError(f"dp-fermi regularises {' or '.join(FAIRNESS)}; got constraint {run.constraint!r}")
         eo = FAIRNESS[run.constraint] == "eo"
         q = check_batch(ctx, h.batch_size)
-        T = run.steps or min(h.default_steps, run.max_steps)
+        T = self.planned_steps(h, run.steps, run.max_steps)
         n, G, c = ctx.n_train, ds.n_groups, ds.n_classes
         ctx_ids = ds.train.y if eo else np.zeros(n, dtype=np.int64)
         n_ctx = c if eo else 1
         cond = _conditional_group_rates(ctx_ids, ds.train.group, n_ctx, G)
         p_i = cond[ctx_ids, ds.train.group]
         dev = ctx.device
-        model = build_model(h.model, ds.n_features, c, h.hidden)
-        X = torch.as_tensor(ds.train.X, device=dev)
+        data = train_tensors(ctx, with_parts=False)
         ctx.extra.update(
-            model=model, X=X, y=torch.as_tensor(ds.train.y, device=dev),
-            y_onehot=torch.nn.functional.one_hot(torch.as_tensor(ds.train.y, device=dev), c).to(X.dtype),
-            sq_norms=X.pow(2).sum(1) + 1.0, s=torch.as_tensor(ds.train.group, device=dev),
-            ctx_ids=torch.as_tensor(ctx_ids, device=dev), inv_sqrt_p=torch.as_tensor(1.0 / np.sqrt(p_i), dtype=X.dtype, device=dev),
+            model=build_model(h.model, ds.n_features, c, h.hidden), data=data, s=torch.as_tensor(ds.train.group, device=dev),
+            ctx_ids=torch.as_tensor(ctx_ids, device=dev), inv_sqrt_p=torch.as_tensor(1.0 / np.sqrt(p_i), dtype=data.X.dtype, device=dev),
             n_ctx=n_ctx, q=q,
         )
         ctx.steps = T
@@ -133,8 +138,8 @@ class DPFermi(Method):
             ctx.extra.update(sigma=0.0, sigma_theta=0.0, sigma_w=0.0)
             ctx.privacy = {**base, "private": False, "notion": "none", "epsilon_spent": math.inf, "accounting": "none (non-private)"}
         elif h.privacy == "full":
-            sigma = h.noise_multiplier if h.noise_multiplier is not None else ctx.cache.noise_multiplier(q, T, run.epsilon, run.delta) * math.sqrt(2.0)
-            spent = gaussian_epsilon(sigma / math.sqrt(2.0), q, T, run.delta)
+            sigma = h.noise_multiplier if h.noise_multiplier is not None else ctx.cache.noise_multiplier(q, T, run.epsilon, run.delta) * BLOCK_SENSITIVITY
+            spent = gaussian_epsilon(sigma / BLOCK_SENSITIVITY, q, T, run.delta)
             if spent > run.epsilon * (1 + 1e-9):
                 raise ValueError(f"noise_multiplier={sigma} with T={T} spends epsilon={spent:.4f} > the budget {run.epsilon}; raise it or leave it unset")
             ctx.extra.update(sigma=sigma)
@@ -178,20 +183,21 @@ class DPFermi(Method):
 
     def step(self, ctx: Context, state: FermiState) -> FermiState:
         h, e, g = ctx.hyper, ctx.extra, state.generator
-        model = e["model"]
+        model, data = e["model"], e["data"]
         m = float(h.batch_size)
         idx = poisson_batch(ctx.n_train, e["q"], g, ctx.device)
-        Xb, cb, sb, ipb = e["X"][idx], e["ctx_ids"][idx], e["s"][idx], e["inv_sqrt_p"][idx]
+        rows = data.table[idx]
+        Xb, cb, sb, ipb = data.X[idx], e["ctx_ids"][idx], e["s"][idx], e["inv_sqrt_p"][idx]
         F = torch.softmax(model.logits(state.params, Xb), 1)
         coef = h.fairness * linear_coefficients(state.W, cb, sb, ipb)  # λψ̂_i = ⟨coef_i, F_i⟩ − λ
         full = h.privacy == "full"
         clip_theta = h.clip_theta if full else None
         if isinstance(model, LogisticRegression):
-            residual = lagrangian_residual(F, e["y_onehot"][idx], coef, 1.0)
-            gtheta = model.clipped_grad_sum(state.params, Xb, residual, clip_theta, e["sq_norms"][idx])
+            residual = lagrangian_residual(F, data.labels_onehot(rows), coef, 1.0)
+            gtheta = model.clipped_grad_sum(state.params, Xb, residual, clip_theta, data.sq_norms(rows))
         else:
             objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, 1.0)  # noqa: E731
-            gtheta = model.clipped_grad_sum_of(state.params, Xb, objective, e["y"][idx], coef, clip_theta)
+            gtheta = model.clipped_grad_sum_of(state.params, Xb, objective, data.y[idx], coef, clip_theta)
         gw = w_gradient_sum(state.W, F, cb, sb, ipb, h.clip_w if full else None)
 
         params = {}

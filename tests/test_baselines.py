@@ -114,6 +114,14 @@ def test_dp_fermi_full_mode_calibration_is_tight(adult):
     assert gaussian_epsilon(0.99 * sigma / math.sqrt(2), p["sampling_rate"], 300, 1e-5) > 1.0  # 1% less noise overspends
 
 
+def _labels(extra):
+    return extra["data"].labels_onehot(extra["data"].table)
+
+
+def _sq_norms(extra):
+    return extra["data"].sq_norms(extra["data"].table)
+
+
 def test_dp_fermi_full_mode_noise_scales(adult):
     """q = 1 on a small slice: recover the Gaussian noise of both blocks from the updates."""
     from dataclasses import replace
@@ -127,11 +135,11 @@ def test_dp_fermi_full_mode_noise_scales(adult):
     for seed in range(150):
         state = method.init_state(ctx, torch.Generator().manual_seed(seed))
         new = method.step(ctx, state)
-        F = torch.softmax(e["model"].logits(state.params, e["X"]), 1)
+        F = torch.softmax(e["model"].logits(state.params, e["data"].X), 1)
         coef = h.fairness * linear_coefficients(state.W, e["ctx_ids"], e["s"], e["inv_sqrt_p"])
         from raco_bench.training.objective import lagrangian_residual
 
-        g = e["model"].clipped_grad_sum(state.params, e["X"], lagrangian_residual(F, e["y_onehot"], coef, 1.0), h.clip_theta, e["sq_norms"])
+        g = e["model"].clipped_grad_sum(state.params, e["data"].X, lagrangian_residual(F, _labels(e), coef, 1.0), h.clip_theta, _sq_norms(e))
         for k in state.params:
             z_theta.append(((state.params[k] - new.params[k]) / h.lr * m - g[k]).reshape(-1))
         gw = w_gradient_sum(state.W, F, e["ctx_ids"], e["s"], e["inv_sqrt_p"], h.clip_w)
@@ -202,9 +210,9 @@ def test_dp_fermi_sensitive_attribute_noise_scales(adult):
     for seed in range(150):
         state = method.init_state(ctx, torch.Generator().manual_seed(seed))
         new = method.step(ctx, state)
-        F = torch.softmax(e["model"].logits(state.params, e["X"]), 1)
+        F = torch.softmax(e["model"].logits(state.params, e["data"].X), 1)
         coef = lam * linear_coefficients(state.W, e["ctx_ids"], e["s"], e["inv_sqrt_p"])
-        g = e["model"].clipped_grad_sum(state.params, e["X"], lagrangian_residual(F, e["y_onehot"], coef, 1.0), None, e["sq_norms"])
+        g = e["model"].clipped_grad_sum(state.params, e["data"].X, lagrangian_residual(F, _labels(e), coef, 1.0), None, _sq_norms(e))
         for k in state.params:
             z_theta.append(((state.params[k] - new.params[k]) / h.lr - g[k] / h.batch_size).reshape(-1))
         gw = w_gradient_sum(state.W, F, e["ctx_ids"], e["s"], e["inv_sqrt_p"], None)

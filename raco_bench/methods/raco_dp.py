@@ -111,17 +111,18 @@ class LagrangianSGDA(Method):
     Hyper = SGDAHyper
     constrained: ClassVar[bool]
 
-    def mechanism(self, ctx: Context) -> StepMechanism | None:
+    def step_mechanism(self, hyper: SGDAHyper, n_train: int) -> StepMechanism | None:
+        """What one step releases (None for non-private members); the sweep driver calibrates from it too."""
         if not self.private:
             return None
-        h = ctx.hyper
+        h = hyper
         if h.noise_multiplier <= 0 or (self.constrained and h.laplace_scale <= 0):
             raise ValueError(
                 f"method {self.name} is private but noise_multiplier={h.noise_multiplier}, laplace_scale={h.laplace_scale}: "
                 "zero noise gives no privacy; use a positive noise, or method 'sgda' / 'sgd' for non-private training"
             )
         return StepMechanism(
-            sampling_rate=check_batch(ctx, h.batch_size),
+            sampling_rate=h.batch_size / n_train,
             noise_multiplier=h.noise_multiplier,
             laplace_scale=h.laplace_scale if self.constrained else None,
             histogram_batch=h.histogram_batch,
@@ -130,7 +131,7 @@ class LagrangianSGDA(Method):
     def prepare(self, ctx: Context) -> None:
         h = ctx.hyper
         q = check_batch(ctx, h.batch_size)
-        mech = self.mechanism(ctx)
+        mech = self.step_mechanism(h, ctx.n_train)
         ctx.steps = plan_steps(ctx, mech, h.default_steps)
         ctx.extra["model"] = build_model(h.model, ctx.dataset.n_features, ctx.dataset.n_classes, h.hidden)
         ctx.extra["data"] = train_tensors(ctx, self.constrained)

@@ -80,7 +80,6 @@ def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict
     """Distinct calibration problems keyed by their cache key: ("steps", mechanism, ε, δ, cap) or ("noise", q, T, ε, δ)."""
     from baselines.dp_fermi import DPFermi
     from raco_bench.methods import get_method
-    from raco_bench.privacy.accounting import StepMechanism
     from raco_bench.privacy.calibration import CalibrationCache
 
     jobs = {}
@@ -89,16 +88,14 @@ def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict
             continue
         method = get_method(t["method"])
         h = method.hyperparameters(t["params"])
-        q = h.batch_size / n_train
         if isinstance(method, DPFermi):
             if h.privacy != "full" or h.noise_multiplier is not None:
                 continue
-            t["steps"] = min(h.default_steps, spec.max_steps)
-            job = ("noise", q, t["steps"], t["epsilon"], spec.delta)
+            t["steps"] = method.planned_steps(h, None, spec.max_steps)
+            job = ("noise", h.batch_size / n_train, t["steps"], t["epsilon"], spec.delta)
             key = CalibrationCache.noise_key(*job[1:])
         else:
-            mech = StepMechanism(q, h.noise_multiplier, h.laplace_scale if t["method"] == "raco-dp" else None, h.histogram_batch)
-            job = ("steps", mech, t["epsilon"], spec.delta, spec.max_steps)
+            job = ("steps", method.step_mechanism(h, n_train), t["epsilon"], spec.delta, spec.max_steps)
             key = CalibrationCache.key(*job[1:])
         t["_calibration"] = key
         jobs[key] = job
@@ -117,6 +114,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
     Results go to ``trial["steps"]`` and ``trial["calibrated"]``, never into the searched ``params``."""
     import ray
 
+    from baselines.dp_fermi import BLOCK_SENSITIVITY
     from raco_bench.privacy.calibration import CalibrationCache
 
     cache = CalibrationCache()
@@ -137,7 +135,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
             if t["steps"] == 0:
                 t["skip"] = "the privacy budget does not allow a single step with this configuration"
         else:
-            t["calibrated"] = {"noise_multiplier": value * math.sqrt(2.0)}  # per-block σ of the √2-sensitivity pair
+            t["calibrated"] = {"noise_multiplier": value * BLOCK_SENSITIVITY}  # per-block σ of DP-FERMI's two-block release
     return {"distinct": len(jobs), "computed": len(missing), "seconds": time.perf_counter() - t0}
 
 
