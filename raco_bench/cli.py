@@ -57,7 +57,7 @@ def _fmt(x) -> str:
 
 
 def _summary(result) -> str:
-    p, last, sel = result.privacy, result.last, result.selected
+    p, last, sel, rep = result.privacy, result.last, result.selected, result.reported
     lines = [
         f"dataset {result.dataset['name']} (n_train {result.dataset['n_train']}, {result.dataset['n_constraints']} constraints), "
         f"method {result.config['method']}, T = {result.steps} steps, {result.timing['ms_per_step']:.3f} ms/step",
@@ -69,7 +69,12 @@ def _summary(result) -> str:
             lines.append(f"         [reference only] separate-composition epsilon {_fmt(p['epsilon_separate_composition_reference'])} (what the reference code would claim)")
     else:
         lines.append("privacy: none (non-private method, epsilon = inf)")
-    for label, block in (("last iterate", last), ("selected checkpoint [not privacy-accounted]", sel)):
+    lines.append(f"preprocessing: {p['preprocessing']}; reported checkpoint: {rep['rule']} ({rep['rule_note']})")
+    for note in p.get("outside_budget", []):
+        lines.append(f"OUTSIDE THE BUDGET: {note}")
+    if p["private"] and p.get("end_to_end"):
+        lines.append("the printed epsilon covers the whole pipeline except hyperparameter tuning and the train/validation/test split")
+    for label, block in (("reported", rep), ("last iterate", last), ("paper-rule checkpoint [not privacy-accounted]", sel)):
         if not block:
             lines.append(f"{label}: none met the constraint on the training set")
             continue
@@ -85,7 +90,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from raco_bench.training.loop import execute, prepare_run
 
     cfg = RunConfig(dataset=args.dataset, method=args.method, constraint=args.constraint, gamma=args.gamma,
-                    epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device)
+                    epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
+                    preprocessing=args.preprocessing, checkpoint=args.checkpoint)
     cfg = cfg.with_overrides(_parse_sets(args.set))
     if cfg.dataset not in DATASETS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}")
@@ -149,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="number of steps (default: the most the budget allows)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--preprocessing", default="public", choices=["public", "paper"],
+                   help="public (default): feature domains from the catalog, no budget spent; paper: z-scoring from the rows, OUTSIDE the budget")
+    p.add_argument("--checkpoint", default="last", choices=["last", "paper"],
+                   help="reported model: last (default) = the private last iterate; paper = selection outside the budget")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any hyperparameter, e.g. --set noise_multiplier=3")
     p.add_argument("--json", default=None, help="write the resolved config, privacy parameters and metrics here")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from raco_bench.data import files
 from raco_bench.data.files import RawFile
+from raco_bench.data.schema import CategoricalDomain, NumericDomain, PublicSchema, binary, codes
 from raco_bench.data.tabular import TabularDataset, build_dataset
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases"
@@ -29,6 +30,40 @@ ADULT_COLUMNS = [
 ]
 ADULT_NUMERIC = ["age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"]
 ADULT_CATEGORICAL = ["workclass", "education", "marital-status", "occupation", "relationship", "race", "native-country"]
+
+_ADULT_NAMES = "UCI adult.names"
+_CPS = "CPS top-coding of the 1994 Current Population Survey (the source of Adult)"
+ADULT_SCHEMA = PublicSchema(
+    numeric={
+        "age": NumericDomain(17, 90, source=f"{_ADULT_NAMES} extraction rule AAGE>16; {_CPS}: age 90"),
+        "fnlwgt": NumericDomain(0, 1.5e6, source="CPS final sampling weight; a priori bound 1.5 million"),
+        "education-num": NumericDomain(1, 16, source=f"{_ADULT_NAMES}: 16 education levels"),
+        "capital-gain": NumericDomain(0, 99999, log=True, source=f"{_CPS}: 99999"),
+        "capital-loss": NumericDomain(0, 5000, log=True, source="a priori bound (annual deductible capital loss)"),
+        "hours-per-week": NumericDomain(1, 99, source=f"{_CPS}: 99"),
+    },
+    categorical={
+        "workclass": CategoricalDomain(("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",
+                                        "Without-pay", "Never-worked"), _ADULT_NAMES),
+        "education": CategoricalDomain(("Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc",
+                                        "9th", "7th-8th", "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th",
+                                        "Preschool"), _ADULT_NAMES),
+        "marital-status": CategoricalDomain(("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
+                                             "Married-spouse-absent", "Married-AF-spouse"), _ADULT_NAMES),
+        "occupation": CategoricalDomain(("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial",
+                                         "Prof-specialty", "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical",
+                                         "Farming-fishing", "Transport-moving", "Priv-house-serv", "Protective-serv",
+                                         "Armed-Forces"), _ADULT_NAMES),
+        "relationship": CategoricalDomain(("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"), _ADULT_NAMES),
+        "race": CategoricalDomain(("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"), _ADULT_NAMES),
+        "native-country": CategoricalDomain((
+            "United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany", "Outlying-US(Guam-USVI-etc)", "India",
+            "Japan", "Greece", "South", "China", "Cuba", "Iran", "Honduras", "Philippines", "Italy", "Poland", "Jamaica",
+            "Vietnam", "Mexico", "Portugal", "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador", "Taiwan", "Haiti",
+            "Columbia", "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand", "Yugoslavia", "El-Salvador",
+            "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands"), _ADULT_NAMES),
+    },
+)
 
 RAC1P_NAMES = (
     "White alone", "Black or African American alone", "American Indian alone", "Alaska Native alone",
@@ -57,7 +92,7 @@ def _adult_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_adult(paths: list[Path], seed: int) -> TabularDataset:
+def _build_adult(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
     train = pd.read_csv(paths[0], header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?")
     test = pd.read_csv(paths[1], header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?", skiprows=1)
     df = pd.concat([train, test], ignore_index=True).dropna().reset_index(drop=True)
@@ -69,13 +104,29 @@ def _build_adult(paths: list[Path], seed: int) -> TabularDataset:
         group=df["sex"].map({g: i for i, g in enumerate(groups)}).to_numpy(),
         class_names=("<=50K", ">50K"), group_names=groups, sensitive_attribute="sex",
         categorical=ADULT_CATEGORICAL, numeric=ADULT_NUMERIC, seed=seed,
-        note="UCI train+test, rows with missing values dropped",
+        note="UCI train+test, rows with missing values dropped", preprocessing=preprocessing, schema=ADULT_SCHEMA,
     )
 
 
 # ----------------------------------------------------------------------------------- Credit-Card
 CREDIT_NUMERIC = ["LIMIT_BAL", "AGE"] + [f"BILL_AMT{i}" for i in range(1, 7)] + [f"PAY_AMT{i}" for i in range(1, 7)]
 CREDIT_CATEGORICAL = ["EDUCATION", "MARRIAGE", "PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6"]
+
+_CREDIT_DOC = "UCI dataset 350 documentation (amounts in NT dollars)"
+_PAY_LEVELS = tuple(str(v) for v in range(-2, 10))  # -2 no consumption, -1 paid duly, 0 revolving, 1..9 months of delay
+CREDIT_SCHEMA = PublicSchema(
+    numeric={
+        "LIMIT_BAL": NumericDomain(0, 1e6, log=True, source=f"{_CREDIT_DOC}; a priori bound NT$1,000,000"),
+        "AGE": NumericDomain(18, 100, source="adults; a priori bound 100 years"),
+        **{f"BILL_AMT{i}": NumericDomain(-2e5, 1e6, source=f"{_CREDIT_DOC}; a priori bounds (credits make bills negative)") for i in range(1, 7)},
+        **{f"PAY_AMT{i}": NumericDomain(0, 1e6, log=True, source=f"{_CREDIT_DOC}; a priori bound NT$1,000,000") for i in range(1, 7)},
+    },
+    categorical={
+        "EDUCATION": CategoricalDomain(("1", "2", "3", "4"), f"{_CREDIT_DOC}: graduate school, university, high school, others"),
+        "MARRIAGE": CategoricalDomain(("1", "2", "3"), f"{_CREDIT_DOC}: married, single, others"),
+        **{c: CategoricalDomain(_PAY_LEVELS, f"{_CREDIT_DOC}: repayment status -2..9") for c in ["PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6"]},
+    },
+)
 
 
 def _credit_files() -> tuple[RawFile, ...]:
@@ -89,7 +140,7 @@ def _credit_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_credit(paths: list[Path], seed: int) -> TabularDataset:
+def _build_credit(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
     df = pd.read_csv(paths[0], sep="\t")
     df["EDUCATION"] = df["EDUCATION"].where(df["EDUCATION"].isin([1, 2, 3]), 4)  # {0,4,5,6} -> other
     df["MARRIAGE"] = df["MARRIAGE"].where(df["MARRIAGE"] != 0, 3)  # 0 -> other
@@ -98,7 +149,7 @@ def _build_credit(paths: list[Path], seed: int) -> TabularDataset:
         "credit", df.drop(columns=["ID", "SEX", "default payment next month"]),
         label=label, group=df["SEX"].to_numpy() - 1,
         class_names=("no default", "default"), group_names=("male", "female"), sensitive_attribute="SEX",
-        categorical=CREDIT_CATEGORICAL, numeric=CREDIT_NUMERIC, seed=seed,
+        categorical=CREDIT_CATEGORICAL, numeric=CREDIT_NUMERIC, seed=seed, preprocessing=preprocessing, schema=CREDIT_SCHEMA,
         note="Taiwan default of credit card clients (Q20); EDUCATION {0,4,5,6} and MARRIAGE 0 merged into 'other'",
     )
 
@@ -115,7 +166,24 @@ def _parkinsons_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_parkinsons(paths: list[Path], seed: int) -> TabularDataset:
+_VOICE = "a priori range of the acoustic measure (UCI dataset 189 documentation and the dysphonia literature)"
+PARKINSONS_SCHEMA = PublicSchema(numeric={
+    "age": NumericDomain(0, 100, source="a priori bound 100 years"),
+    "test_time": NumericDomain(0, 250, source="days since recruitment in a six-month trial; a priori bound 250"),
+    "motor_UPDRS": NumericDomain(0, 108, source="UPDRS part III scale maximum"),
+    **{c: NumericDomain(0, 0.1, source=_VOICE) for c in ["Jitter(%)", "Jitter:RAP", "Jitter:PPQ5"]},
+    "Jitter:DDP": NumericDomain(0, 0.3, source=_VOICE),
+    "Jitter(Abs)": NumericDomain(0, 5e-4, source=f"{_VOICE}; seconds"),
+    **{c: NumericDomain(0, 0.3, source=_VOICE) for c in ["Shimmer", "Shimmer:APQ3", "Shimmer:APQ5", "Shimmer:APQ11"]},
+    "Shimmer:DDA": NumericDomain(0, 0.9, source=_VOICE),
+    "Shimmer(dB)": NumericDomain(0, 3, source=f"{_VOICE}; decibels"),
+    "NHR": NumericDomain(0, 1, source=f"{_VOICE}; a ratio"),
+    "HNR": NumericDomain(0, 40, source=f"{_VOICE}; decibels"),
+    **{c: NumericDomain(0, 1, source=f"{_VOICE}; normalised to [0, 1] by definition") for c in ["RPDE", "DFA", "PPE"]},
+})
+
+
+def _build_parkinsons(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
     df = pd.read_csv(paths[0])
     threshold = float(df["total_UPDRS"].median())
     features = df.drop(columns=["subject#", "sex", "total_UPDRS"])
@@ -124,7 +192,8 @@ def _build_parkinsons(paths: list[Path], seed: int) -> TabularDataset:
         label=(df["total_UPDRS"] > threshold).to_numpy().astype(np.int64), group=df["sex"].to_numpy(),
         class_names=(f"total_UPDRS<={threshold:g}", f"total_UPDRS>{threshold:g}"), group_names=("male", "female"),
         sensitive_attribute="sex", categorical=[], numeric=list(features.columns), seed=seed,
-        note="label: total_UPDRS above its median over all rows",
+        note="label: total_UPDRS above its median over all rows (the papers' label; the median is a statistic of the rows)",
+        preprocessing=preprocessing, schema=PARKINSONS_SCHEMA,
     )
 
 
@@ -141,7 +210,18 @@ def _heart_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_heart(paths: list[Path], seed: int) -> TabularDataset:
+_BRFSS = "CDC BRFSS 2015 codebook (as recoded in the Kaggle heart-disease indicators file)"
+HEART_SCHEMA = PublicSchema(numeric={
+    **{c: binary(_BRFSS) for c in ["HighBP", "HighChol", "CholCheck", "Smoker", "Stroke", "PhysActivity", "Fruits", "Veggies",
+                                    "HvyAlcoholConsump", "AnyHealthcare", "NoDocbcCost", "DiffWalk"]},
+    "BMI": NumericDomain(12, 100, source=f"{_BRFSS}: BMI reported up to 99.99"),
+    "Diabetes": codes(0, 2, _BRFSS), "GenHlth": codes(1, 5, _BRFSS), "MentHlth": codes(0, 30, f"{_BRFSS}: days"),
+    "PhysHlth": codes(0, 30, f"{_BRFSS}: days"), "Age": codes(1, 13, f"{_BRFSS}: 13 age bands"),
+    "Education": codes(1, 6, _BRFSS), "Income": codes(1, 8, _BRFSS),
+})
+
+
+def _build_heart(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
     df = pd.read_csv(paths[0])
     features = df.drop(columns=["HeartDiseaseorAttack", "Sex"])
     return build_dataset(
@@ -149,6 +229,7 @@ def _build_heart(paths: list[Path], seed: int) -> TabularDataset:
         label=df["HeartDiseaseorAttack"].to_numpy().astype(np.int64), group=df["Sex"].to_numpy().astype(np.int64),
         class_names=("no heart disease", "heart disease or attack"), group_names=("female", "male"),
         sensitive_attribute="Sex", categorical=[], numeric=list(features.columns), seed=seed,
+        preprocessing=preprocessing, schema=HEART_SCHEMA,
     )
 
 
@@ -172,13 +253,23 @@ def _acs_files(survey_year: str = "2017", horizon: str = "1-Year", state: str = 
     )
 
 
+_PUMS = "ACS PUMS data dictionary (folktables codes missing values as -1)"
+ACS_SCHEMA = PublicSchema(numeric={
+    "AGEP": codes(0, 99, f"{_PUMS}: age top-coded at 99"), "SCHL": codes(-1, 24, _PUMS), "MAR": codes(1, 5, _PUMS),
+    "RELP": codes(-1, 17, _PUMS), "DIS": codes(1, 2, _PUMS), "ESP": codes(-1, 8, _PUMS), "CIT": codes(1, 5, _PUMS),
+    "MIG": codes(-1, 3, _PUMS), "MIL": codes(-1, 4, _PUMS), "ANC": codes(1, 8, _PUMS), "NATIVITY": codes(1, 2, _PUMS),
+    "DEAR": codes(1, 2, _PUMS), "DEYE": codes(1, 2, _PUMS), "DREM": codes(-1, 2, _PUMS), "SEX": codes(1, 2, _PUMS),
+    "COW": codes(-1, 9, _PUMS), "OCCP": codes(-1, 9920, _PUMS), "POBP": codes(-1, 554, _PUMS), "WKHP": codes(-1, 99, f"{_PUMS}: hours top-coded at 99"),
+})
+
+
 def _acs_task(task: str):
     import folktables
 
     return {"employment": folktables.ACSEmployment, "income": folktables.ACSIncome}[task]
 
 
-def _build_acs(paths: list[Path], seed: int, task: str, survey_year: str, horizon: str) -> TabularDataset:
+def _build_acs(paths: list[Path], seed: int, task: str, survey_year: str, horizon: str, preprocessing: str = "public") -> TabularDataset:
     import folktables
 
     root = paths[0].parents[2]
@@ -192,6 +283,7 @@ def _build_acs(paths: list[Path], seed: int, task: str, survey_year: str, horizo
         label=labels.to_numpy().ravel().astype(np.int64), group=groups.to_numpy().ravel().astype(np.int64) - 1,
         class_names=("no", "yes"), group_names=RAC1P_NAMES, sensitive_attribute="RAC1P",
         categorical=[], numeric=[c for c in features.columns if c != problem.group], seed=seed,
+        preprocessing=preprocessing, schema=ACS_SCHEMA,
         note=(f"ACS {survey_year} {horizon} AL" + (" 5,000-row sample: a SUBSTITUTE, not comparable with the paper's 2018 5-Year numbers" if sample else "")),
     )
 
@@ -212,17 +304,22 @@ DATASETS: dict[str, DatasetSpec] = {
     "heart": DatasetSpec("heart", "Heart disease health indicators (BRFSS 2015), sensitive Sex", lambda: _heart_files(), _build_heart),
     "acs-employment": DatasetSpec(
         "acs-employment", "folktables ACSEmployment (AL), sensitive RAC1P (9 groups)", _acs_files,
-        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL": _build_acs(paths, seed, "employment", survey_year, horizon),
+        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL", preprocessing="public": _build_acs(
+            paths, seed, "employment", survey_year, horizon, preprocessing),
         {"survey_year": "2017", "horizon": "1-Year", "state": "AL"},
     ),
     "acs-income": DatasetSpec(
         "acs-income", "folktables ACSIncome (AL), sensitive RAC1P (9 groups)", _acs_files,
-        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL": _build_acs(paths, seed, "income", survey_year, horizon),
+        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL", preprocessing="public": _build_acs(
+            paths, seed, "income", survey_year, horizon, preprocessing),
         {"survey_year": "2017", "horizon": "1-Year", "state": "AL"},
     ),
 }
 
-# Counts from shared/data/MANIFEST.md (rows after the loader's own filtering).
+# Counts from shared/data/MANIFEST.md (rows after the loader's own filtering), with the papers' preprocessing.
+# Public preprocessing differs only where the documented vocabulary has levels the rows lack
+# (Adult: workclass=Never-worked, whose rows all miss occupation; Credit: PAY_x = 9).
+EXPECTED_PUBLIC_FEATURES = {"adult": 103, "credit": 93}
 EXPECTED = {
     "adult": {"rows": 45222, "features": 102, "groups": 2},
     "credit": {"rows": 30000, "features": 85, "groups": 2},
@@ -240,8 +337,16 @@ def get_spec(name: str) -> DatasetSpec:
         raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}") from None
 
 
-def load_dataset(name: str, seed: int = 0, download: bool = True, **params) -> TabularDataset:
-    """Load, verify and preprocess a benchmark dataset (see the module docstring)."""
+def load_dataset(name: str, seed: int = 0, download: bool = True, preprocessing: str = "public", **params) -> TabularDataset:
+    """Load, verify and preprocess a benchmark dataset (see the module docstring).
+
+    ``preprocessing``: ``"public"`` (default; feature domains from the catalog, no statistic of the
+    rows) or ``"paper"`` (the papers' data-dependent z-scoring, outside the privacy budget).
+    """
+    from raco_bench.data.schema import PREPROCESSING_MODES
+
+    if preprocessing not in PREPROCESSING_MODES:
+        raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
     spec = get_spec(name)
     params = {**spec.default_params, **params}
     paths = []
@@ -249,4 +354,4 @@ def load_dataset(name: str, seed: int = 0, download: bool = True, **params) -> T
         if raw.url is None and name.startswith("acs-") and files.find(raw) is None and download and not files.offline():
             _acs_download(params["survey_year"], params["horizon"])  # folktables fetches from the Census
         paths.append(files.ensure(raw, download=download))
-    return spec.build(paths, seed, **params)
+    return spec.build(paths, seed, preprocessing=preprocessing, **params)

@@ -4,9 +4,16 @@ Protocol, identical for every dataset:
 
 1. a seeded 75/25 train/test split, stratified on (label, group);
 2. 15% of that training part held out as validation, stratified the same way;
-3. one-hot encoding of categorical columns (vocabulary from the whole table: the schema is
-   public), z-scoring of numeric columns with mean and standard deviation (ddof=1) of the final
-   training split only;
+3. feature encoding, by ``preprocessing``:
+
+   * ``"public"`` (the default): every column through its public domain from the dataset catalog
+     (:mod:`raco_bench.data.schema`): numeric values clipped to a documented range and mapped to
+     [0, 1], categories one-hot over a documented vocabulary. No statistic of the rows is used, so
+     the encoding costs no privacy budget;
+   * ``"paper"``: the papers' preprocessing, one-hot vocabulary read from the whole table and
+     z-scoring with the mean and standard deviation (ddof=1) of the final training split. These are
+     statistics of the private rows released outside the budget; the dataset says so
+     (:attr:`TabularDataset.outside_budget`) and every run, MLflow tag and figure repeats it;
 4. the sensitive attribute is kept out of the features; :meth:`TabularDataset.with_group_features`
    appends it one-hot for a method that asks for it.
 
@@ -20,6 +27,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+
+from raco_bench.data.schema import PAPER_PREPROCESSING_NOTE, PREPROCESSING_MODES, PublicSchema
 
 TEST_FRACTION = 0.25
 VALIDATION_FRACTION = 0.15
@@ -54,6 +63,12 @@ class TabularDataset:
     sensitive_attribute: str
     split_seed: int
     note: str = ""
+    preprocessing: str = "public"
+
+    @property
+    def outside_budget(self) -> tuple[str, ...]:
+        """What the encoding read from the private rows outside any privacy budget (empty: nothing)."""
+        return (PAPER_PREPROCESSING_NOTE,) if self.preprocessing == "paper" else ()
 
     @property
     def n_features(self) -> int:
@@ -124,8 +139,16 @@ def build_dataset(
     numeric: list[str],
     seed: int,
     note: str = "",
+    preprocessing: str = "public",
+    schema: PublicSchema | None = None,
 ) -> TabularDataset:
     """Encode ``frame`` (features only) and split it under the project protocol."""
+    if preprocessing not in PREPROCESSING_MODES:
+        raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
+    if preprocessing == "public":
+        if schema is None:
+            raise ValueError(f"{name}: preprocessing='public' needs the dataset's public schema")
+        schema.check_columns(name, numeric, categorical)
     label = np.asarray(label, dtype=np.int64)
     group = np.asarray(group, dtype=np.int64)
     if sensitive_attribute in frame.columns:
@@ -134,14 +157,22 @@ def build_dataset(
 
     blocks: list[np.ndarray] = []
     names: list[str] = []
-    for col in sorted(numeric):
+    if preprocessing == "public":
+        for col in sorted(numeric):
+            blocks.append(schema.numeric[col].encode(frame[col].to_numpy(dtype=np.float64))[:, None])
+            names.append(col)
+        for col in sorted(categorical):
+            domain = schema.categorical[col]
+            blocks.append(domain.encode(frame[col].to_numpy()))
+            names.extend(f"{col}={level}" for level in domain.levels)
+    for col in sorted(numeric) if preprocessing == "paper" else ():
         values = frame[col].to_numpy(dtype=np.float64)
         train_values = values[idx["train"]]
         mean = train_values.mean()
         std = train_values.std(ddof=1)
         blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
         names.append(col)
-    for col in sorted(categorical):
+    for col in sorted(categorical) if preprocessing == "paper" else ():
         values = frame[col].astype(str).to_numpy()
         levels = sorted(np.unique(values))
         blocks.append((values[:, None] == np.array(levels)[None, :]).astype(np.float64))
@@ -163,4 +194,5 @@ def build_dataset(
         sensitive_attribute=sensitive_attribute,
         split_seed=seed,
         note=note,
+        preprocessing=preprocessing,
     )

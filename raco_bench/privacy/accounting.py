@@ -184,3 +184,98 @@ def min_noise_multiplier(sampling_rate: float, steps: int, target_epsilon: float
         else:
             lo = mid
     return hi
+
+
+# ------------------------------------------------------------------ Gaussian plans (DP-SGD-like methods)
+NEIGHBOUR_RELATIONS = ("add-remove", "replace")
+
+
+@dataclass(frozen=True)
+class GaussianPlan:
+    """Everything a DP-SGD-like method releases, as a value object the trainer and the sweep's
+    calibration both read (docs/privacy.md, "Gaussian plans"):
+
+    * optionally, once before training, a Gaussian release of a count vector (std ``count_noise``,
+      L2 sensitivity ``count_sensitivity``), e.g. DP-FERMI's group counts for P̂_S;
+    * then ``steps`` Poisson-subsampled (rate ``sampling_rate``) releases of ``blocks`` clipped sums,
+      each block clipped to its own norm C_b and noised with N(0, σ²C_b²). Scaled by its clip norm
+      each block has per-sample norm ≤ 1, so one step is one Gaussian with noise σ/√blocks per unit
+      of sensitivity.
+
+    ``relation``: "add-remove" (one record added or removed) or "replace" (one record's value
+    replaced, e.g. one sensitive attribute flipped: the sampled record's contribution moves from one
+    point of the clip ball to another, dp-accounting's REPLACE_ONE relation).
+    """
+
+    sampling_rate: float
+    steps: int
+    blocks: int = 1
+    count_noise: float | None = None
+    count_sensitivity: float = 1.0
+    relation: str = "add-remove"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sampling_rate <= 1:
+            raise ValueError(f"sampling rate must be in (0, 1], got {self.sampling_rate}")
+        if self.steps < 1 or self.blocks < 1:
+            raise ValueError("steps and blocks must be >= 1")
+        if self.count_noise is not None and not self.count_noise > 0:
+            raise ValueError(f"count_noise must be > 0 (or None for no count release), got {self.count_noise}")
+        if self.relation not in NEIGHBOUR_RELATIONS:
+            raise ValueError(f"relation must be one of {NEIGHBOUR_RELATIONS}, got {self.relation!r}")
+
+
+@lru_cache(maxsize=256)
+def plan_pld(plan: GaussianPlan, noise_multiplier: float) -> PrivacyLossDistribution:
+    """PLD of the whole plan with per-block noise multiplier σ."""
+    from dp_accounting import NeighboringRelation
+
+    if not noise_multiplier > 0:
+        raise ValueError(f"noise multiplier must be > 0, got {noise_multiplier}")
+    relation = NeighboringRelation.REPLACE_ONE if plan.relation == "replace" else NeighboringRelation.ADD_OR_REMOVE_ONE
+    step = pld_lib.from_gaussian_mechanism(
+        noise_multiplier / math.sqrt(plan.blocks), sampling_prob=plan.sampling_rate,
+        value_discretization_interval=DISCRETIZATION, neighboring_relation=relation,
+    )
+    pld = step.self_compose(plan.steps)
+    if plan.count_noise is not None:
+        # one unsubsampled Gaussian release: its PLD is symmetric, the same for every relation
+        counts = pld_lib.from_gaussian_mechanism(plan.count_noise, sensitivity=plan.count_sensitivity,
+                                                 value_discretization_interval=DISCRETIZATION)
+        pld = pld.compose(counts)
+    return pld
+
+
+def plan_epsilon(plan: GaussianPlan, noise_multiplier: float, delta: float) -> float:
+    """ε of ``plan`` at per-block noise multiplier σ and ``delta``."""
+    _check_delta(delta)
+    return float(plan_pld(plan, float(noise_multiplier)).get_epsilon_for_delta(delta))
+
+
+def plan_min_noise(plan: GaussianPlan, target_epsilon: float, delta: float, rel_tol: float = 1e-3) -> float:
+    """Smallest per-block noise multiplier σ (to ``rel_tol``) with ε(plan, σ) ≤ ``target_epsilon``.
+
+    Bracketing then bisection on the monotone ε(σ); the upper end of the final bracket is returned,
+    so the budget holds for the value returned. Raises if the count release alone exceeds the budget.
+    """
+    if not target_epsilon > 0:
+        raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")
+    eps = lambda s: plan_epsilon(plan, s, delta)  # noqa: E731
+    hi = 1.0
+    while eps(hi) > target_epsilon:
+        hi *= 2.0
+        if hi > 1e5:
+            raise ValueError(
+                f"no noise multiplier meets epsilon={target_epsilon}: the count release (count_noise={plan.count_noise}) "
+                "alone spends too much; raise count_noise or epsilon"
+            )
+    lo = hi / 2.0
+    while lo > 1e-3 and eps(lo) <= target_epsilon:
+        hi, lo = lo, lo / 2.0
+    while (hi - lo) / hi > rel_tol:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -6,6 +6,10 @@ JSON file in the per-user cache directory, shared by every process on the machin
 included). Writes are atomic (temp file + rename); a lost race only costs a recomputation.
 The key holds every input that changes T, plus the dp-accounting version and this module's
 algorithm version, so a changed accountant never reuses stale entries.
+
+A cached value is never trusted on its own: before it is returned, its ε is recomputed (one PLD
+composition) and checked against the budget. A stale or tampered entry that would overspend is
+discarded, recomputed and overwritten, with a warning.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, max_steps, min_noise_multiplier
+import warnings
 
-ALGORITHM_VERSION = 1
+from raco_bench.privacy.accounting import (
+    DISCRETIZATION, GaussianPlan, StepMechanism, epsilon, gaussian_epsilon, max_steps, min_noise_multiplier, plan_epsilon,
+    plan_min_noise,
+)
+
+ALGORITHM_VERSION = 2
 CACHE_ENV = "RACO_BENCH_CACHE"
 
 
@@ -37,6 +46,7 @@ class CalibrationCache:
     _memory: dict[str, float] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
+    stale: int = 0
 
     @staticmethod
     def _versioned(payload: dict) -> str:
@@ -88,20 +98,37 @@ class CalibrationCache:
         except OSError:
             pass  # a read-only cache directory only costs recomputation
 
+    @classmethod
+    def plan_key(cls, plan: GaussianPlan, target_epsilon: float, delta: float) -> str:
+        """Cache key of the smallest per-block noise multiplier of a :class:`GaussianPlan`."""
+        return cls._versioned({"kind": "plan_noise", "plan": asdict(plan), "target_epsilon": float(target_epsilon), "delta": float(delta)})
+
     def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000) -> int:
         key = self.key(mech, target_epsilon, delta, cap)
-        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap)))
+        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap),
+                                        lambda T: T == 0 or epsilon(mech, int(T), delta) <= target_epsilon))
 
     def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
         """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier`."""
         key = self.noise_key(sampling_rate, steps, target_epsilon, delta)
-        return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta)))
+        return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta),
+                                          lambda s: s > 0 and gaussian_epsilon(s, sampling_rate, steps, delta) <= target_epsilon))
 
-    def _get_or_compute(self, key: str, compute):
+    def plan_noise(self, plan: GaussianPlan, target_epsilon: float, delta: float) -> float:
+        """Cached :func:`~raco_bench.privacy.accounting.plan_min_noise`."""
+        key = self.plan_key(plan, target_epsilon, delta)
+        return float(self._get_or_compute(key, lambda: plan_min_noise(plan, target_epsilon, delta),
+                                          lambda s: s > 0 and plan_epsilon(plan, s, delta) <= target_epsilon))
+
+    def _get_or_compute(self, key: str, compute, within_budget):
+        """The cached value if it still meets the budget (``within_budget``), else a recomputed one."""
         value = self.lookup(key)
         if value is not None:
-            self.hits += 1
-            return value
+            if within_budget(value):
+                self.hits += 1
+                return value
+            warnings.warn(f"discarding a cached calibration that overspends its budget (value {value}); recomputing", stacklevel=3)
+            self.stale += 1
         self.misses += 1
         value = compute()
         self.put(key, value)

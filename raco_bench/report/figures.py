@@ -41,7 +41,12 @@ def privacy_caption(df: pd.DataFrame) -> str:
     deltas = sorted({d for d in df["delta"].dropna()})
     notions = sorted({n for n in df["privacy_notion"] if n and n != "none"})
     delta = ", ".join(f"{d:g}" for d in deltas) or "n/a"
-    return f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Hyperparameter tuning and checkpoint selection are not privacy-accounted."
+    checkpoints = sorted({c for c in df.get("checkpoint", pd.Series(dtype=str)).dropna() if c}) or ["unknown"]
+    outside = sorted({o for cell in df.get("outside_budget", pd.Series(dtype=str)).dropna() for o in str(cell).split(" | ") if o and o != "none"})
+    lines = [f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} (every method). "
+             "Hyperparameter tuning is not privacy-accounted."]
+    lines += [f"OUTSIDE THE BUDGET: {o}" for o in outside]
+    return "\n".join(lines)
 
 
 def save(fig, out: Path, stem: str) -> list[Path]:
@@ -106,7 +111,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     handles, labels = _legend_entries(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, -0.12), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.text(0.5, -0.2, privacy_caption(df), ha="center", fontsize=7)
+    fig.text(0.5, -0.2, privacy_caption(df), ha="center", va="top", fontsize=7)
     return save(fig, out, stem)
 
 
@@ -141,5 +146,5 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     handles, labels = _legend_entries(axes[0])
     fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), bbox_to_anchor=(0.5, -0.04), fontsize=8, frameon=False)
     fig.suptitle(title + "\n(labels: share of phase-2 runs meeting γ on test)", fontsize=10)
-    fig.text(0.5, -0.08, privacy_caption(df), ha="center", fontsize=7)
+    fig.text(0.5, -0.08, privacy_caption(df), ha="center", va="top", fontsize=7)
     return save(fig, out, stem)

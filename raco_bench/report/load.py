@@ -11,7 +11,7 @@ from raco_bench.sweeps import tracking
 
 COLUMNS = [
     "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
-    "privacy_notion", "checkpoint", "epsilon_spent", "steps", "ms_per_step",
+    "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "epsilon_spent", "steps", "ms_per_step",
     "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
     "val_accuracy", "val_max_constraint", "train_max_constraint", "params",
 ]
@@ -56,6 +56,7 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
             "phase": int(trial.get("phase", tags.get(tracking.PHASE, 0))), "epsilon": trial.get("epsilon"), "gamma": trial.get("gamma"),
             "config_id": trial.get("config_id"), "seed": trial.get("seed"), "delta": trial.get("delta"),
             "privacy_notion": tags.get("privacy_notion", ""), "checkpoint": tags.get("checkpoint", ""),
+            "preprocessing": tags.get("preprocessing", "unknown"), "outside_budget": tags.get("outside_budget", "unknown (run logged before labels)"),
             "epsilon_spent": get("epsilon_spent"), "steps": get("steps"), "ms_per_step": get("ms_per_step"),
             "test_accuracy": get("test_accuracy"), "test_error": get("test_error"), "test_max_constraint": get("test_max_constraint"),
             "test_dp_gap": get("test_dp_gap"), "test_eo_gap": get("test_eo_gap"), "test_fnr": get("test_fnr"),

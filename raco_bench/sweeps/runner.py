@@ -42,6 +42,10 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--delta", type=float)
     p.add_argument("--sample-seed", type=int)
     p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
+    p.add_argument("--preprocessing", choices=["public", "paper"],
+                   help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
+    p.add_argument("--checkpoint", choices=["last", "paper"],
+                   help="the reported model of every method: last (default, private) or paper (selection OUTSIDE the budget)")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
@@ -54,7 +58,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "epsilons": tuple(args.epsilons) if args.epsilons else None, "gammas": tuple(args.gammas) if args.gammas else None,
         "methods": tuple(args.methods) if args.methods else None, "n_configs": args.n_configs, "phase1_seeds": args.phase1_seeds,
         "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
-        "experiment": args.experiment,
+        "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
     }
     return replace(spec, **{k: v for k, v in overrides.items() if v is not None}), args
 
@@ -71,7 +75,7 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
         raise ValueError(f"unknown constraint {spec.constraint!r}; choose one of: {', '.join(BUILDERS)}")
     if "dp-fermi" in spec.methods and spec.constraint not in ("demographic-parity", "equalized-odds"):
         raise ValueError(f"dp-fermi cannot run with {spec.constraint!r}; drop it with --methods")
-    ds = load_dataset(spec.dataset)
+    ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing)
     return ds, tracking.resolve_tracking_uri(tracking_uri)
 
 
@@ -89,11 +93,12 @@ def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict
         method = get_method(t["method"])
         h = method.hyperparameters(t["params"])
         if isinstance(method, DPFermi):
-            if h.privacy != "full" or h.noise_multiplier is not None:
-                continue
             t["steps"] = method.planned_steps(h, None, spec.max_steps)
-            job = ("noise", h.batch_size / n_train, t["steps"], t["epsilon"], spec.delta)
-            key = CalibrationCache.noise_key(*job[1:])
+            plan = method.privacy_plan(h, n_train, t["steps"])
+            if plan is None or h.noise_multiplier is not None:
+                continue
+            job = ("noise", plan, t["epsilon"], spec.delta)
+            key = CalibrationCache.plan_key(*job[1:])
         else:
             job = ("steps", method.step_mechanism(h, n_train), t["epsilon"], spec.delta, spec.max_steps)
             key = CalibrationCache.key(*job[1:])
@@ -103,9 +108,9 @@ def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict
 
 
 def _solve(job: tuple) -> float:
-    from raco_bench.privacy.accounting import max_steps, min_noise_multiplier
+    from raco_bench.privacy.accounting import max_steps, plan_min_noise
 
-    return float(max_steps(*job[1:]) if job[0] == "steps" else min_noise_multiplier(*job[1:]))
+    return float(max_steps(*job[1:]) if job[0] == "steps" else plan_min_noise(*job[1:]))
 
 
 def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
@@ -114,7 +119,6 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
     Results go to ``trial["steps"]`` and ``trial["calibrated"]``, never into the searched ``params``."""
     import ray
 
-    from baselines.dp_fermi import BLOCK_SENSITIVITY
     from raco_bench.privacy.calibration import CalibrationCache
 
     cache = CalibrationCache()
@@ -135,7 +139,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
             if t["steps"] == 0:
                 t["skip"] = "the privacy budget does not allow a single step with this configuration"
         else:
-            t["calibrated"] = {"noise_multiplier": value * BLOCK_SENSITIVITY}  # per-block σ of DP-FERMI's two-block release
+            t["calibrated"] = {"noise_multiplier": value}  # per-block σ of the method's GaussianPlan (re-checked by the trial)
     return {"distinct": len(jobs), "computed": len(missing), "seconds": time.perf_counter() - t0}
 
 

@@ -30,6 +30,8 @@ class SweepSpec:
     eval_every: int = 25
     sample_seed: int = 0
     experiment: str = ""
+    preprocessing: str = "public"  # public | paper (outside the budget, labelled everywhere)
+    checkpoint: str = "last"  # one rule for every method: last | paper (outside the budget, labelled everywhere)
 
     def __post_init__(self) -> None:
         if not self.experiment:
@@ -43,6 +45,13 @@ class SweepSpec:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        from raco_bench.data.schema import PREPROCESSING_MODES
+        from raco_bench.training.config import CHECKPOINT_RULES
+
+        if self.preprocessing not in PREPROCESSING_MODES:
+            raise ValueError(f"invalid preprocessing={self.preprocessing!r}: choose one of {PREPROCESSING_MODES}")
+        if self.checkpoint not in CHECKPOINT_RULES:
+            raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
 
     @property
     def sweep_id(self) -> str:

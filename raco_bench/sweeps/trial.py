@@ -1,9 +1,10 @@
 """One sweep trial: train one (method, ε, γ, configuration, seed) and log it to MLflow exactly once.
 
-The reported checkpoint follows each method's paper: for the Lagrangian SGDA family (RaCO-DP,
-SGDA) the best validation accuracy among checkpoints meeting γ on the training set (labelled not
-privacy-accounted; the last iterate is used when none meets it), for DP-FERMI and DP-SGD the last
-iterate. Last-iterate metrics are always logged too (``last_*``). Evaluation curves are step-indexed
+Every method of a sweep reports its model under the sweep's one checkpoint rule (``checkpoint``:
+``last``, the private last iterate, or ``paper``, the papers' selection, outside the budget and
+labelled), so a figure never compares unlike rules. Last-iterate metrics are always logged too
+(``last_*``); the artifacts hold the reported model (``weights.npz``) and the last iterate beside
+it (``weights_last.npz``). What the run read outside the budget is in the ``outside_budget`` tag. Evaluation curves are step-indexed
 metrics named ``eval/<split>_<metric>`` (steps = training steps), kept apart from the reported values.
 """
 
@@ -20,14 +21,13 @@ import numpy as np
 from raco_bench.sweeps import tracking
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "satisfied")
-SELECTED_CHECKPOINT_METHODS = ("raco-dp", "sgda")
 
 
 @lru_cache(maxsize=4)
-def _dataset(name: str, split_seed: int):
+def _dataset(name: str, split_seed: int, preprocessing: str):
     from raco_bench.data import load_dataset
 
-    return load_dataset(name, seed=split_seed)
+    return load_dataset(name, seed=split_seed, preprocessing=preprocessing)
 
 
 def _flat(prefix: str, block: dict) -> dict[str, float]:
@@ -75,10 +75,10 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         gamma=trial["gamma"] if trial["gamma"] is not None else 0.0, epsilon=trial["epsilon"] or 1.0, delta=trial["delta"],
         steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
         params={**trial["params"], **trial.get("calibrated", {})},
+        preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
     )
-    result = train(cfg, dataset=_dataset(trial["dataset"], cfg.split_seed))
-    use_selected = trial["method"] in SELECTED_CHECKPOINT_METHODS and result.selected is not None
-    reported = result.selected if use_selected else result.last
+    result = train(cfg, dataset=_dataset(trial["dataset"], cfg.split_seed, cfg.preprocessing))
+    reported = result.reported
     metrics: dict[str, float] = {}
     for split in ("train", "val", "test"):
         metrics.update(_flat(f"{split}_", reported[split]))
@@ -92,15 +92,17 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
                for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
     history += [(f"eval/{k}", float(entry[k]), entry["step"]) for entry in result.history for k in ("lambda_max", "noisy_constraint_max", "w_norm") if k in entry]
     params = {**{f"run.{k}": v for k, v in result.config.items() if k != "params"}, **result.hyperparameters}
-    params.update({f"privacy.{k}": v for k, v in p.items() if not isinstance(v, float) or math.isfinite(v)})
-    tags.update(checkpoint=("selected (not privacy-accounted)" if use_selected else "last iterate"), privacy_notion=str(p.get("notion")))
+    params.update({f"privacy.{k}": v for k, v in p.items() if k != "outside_budget" and (not isinstance(v, float) or math.isfinite(v))})
+    tags.update(checkpoint=cfg.checkpoint, checkpoint_note=reported["rule_note"], privacy_notion=str(p.get("notion")),
+                preprocessing=cfg.preprocessing, outside_budget=" | ".join(p["outside_budget"]) or "none")
     with tempfile.TemporaryDirectory() as tmp:
-        weights = Path(tmp) / "weights.npz"
-        np.savez(weights, **result.final_params)
+        weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
+        np.savez(weights, **result.reported_params)
+        np.savez(weights_last, **result.final_params)
         tracking.log_trial(
             tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, history, tags,
             {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters, "privacy": p}, indent=2, default=str)},
-            {"weights.npz": weights},
+            {"weights.npz": weights, "weights_last.npz": weights_last},
         )
     return {k: metrics[k] for k in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent") if k in metrics}
 

@@ -13,6 +13,13 @@ from typing import Any
 from raco_bench.methods.base import parse_value
 
 
+CHECKPOINT_RULES = {
+    "last": "the last iterate (privately released; no data read outside the budget)",
+    "paper": "the papers' rule: best validation accuracy among checkpoints whose exact train-set constraints hold "
+             "(not privacy-accounted: reads train and validation rows outside the budget)",
+}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     dataset: str = "adult"
@@ -25,6 +32,8 @@ class RunConfig:
     max_steps: int = 5000  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
     seed: int = 0
     split_seed: int = 0
+    preprocessing: str = "public"  # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
+    checkpoint: str = "last"  # the reported model: last (the private last iterate) | paper (selection outside the budget)
     eval_every: int = 25
     device: str = "cpu"
     params: dict = field(default_factory=dict)
@@ -36,6 +45,12 @@ class RunConfig:
             raise ValueError(f"invalid delta={self.delta!r}: must be in (0, 1)")
         if not math.isfinite(self.gamma):
             raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack must be a finite number")
+        from raco_bench.data.schema import PREPROCESSING_MODES
+
+        if self.preprocessing not in PREPROCESSING_MODES:
+            raise ValueError(f"invalid preprocessing={self.preprocessing!r}: choose one of {PREPROCESSING_MODES}")
+        if self.checkpoint not in CHECKPOINT_RULES:
+            raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"invalid steps={self.steps!r}: must be >= 1 (or unset to use the privacy budget)")
         if self.max_steps < 1:

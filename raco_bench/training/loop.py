@@ -2,9 +2,16 @@
 
 Every method is evaluated the same way, on the run's rate constraints (so DP-SGD and DP-FERMI
 report the same violations as RaCO-DP): at step 1, every ``eval_every`` steps and at the last step.
-The paper's selection rule (best validation accuracy among checkpoints whose exact hard constraints
-hold on the training set) is reported as ``selected`` and labelled as not privacy-accounted; the last
-iterate (``last``) is the privately released model.
+
+One checkpoint rule for every method (``RunConfig.checkpoint``, docs/privacy.md):
+
+* ``last``: the last iterate, the privately released model;
+* ``paper``: the papers' rule, best validation accuracy among checkpoints whose exact hard
+  constraints hold on the training set (the last iterate when none does). It reads the private rows
+  outside the budget, and the run says so (``privacy["outside_budget"]``).
+
+``reported`` holds the metrics of the rule's checkpoint and ``reported_params`` its parameters (the
+model a user gets); ``last`` and ``final_params`` are the last iterate, kept beside it.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from raco_bench.constraints import build_constraint
 from raco_bench.data import TabularDataset, load_dataset
 from raco_bench.methods import Context, Method, get_method
 from raco_bench.privacy.calibration import CalibrationCache
-from raco_bench.training.config import RunConfig
+from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
 from raco_bench.training.evaluation import EvalSplit, evaluate
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
+PAPER_CHECKPOINT_NOTE = "checkpoint=paper: selection with exact train-set constraints and validation accuracy is OUTSIDE the privacy budget"
 
 
 @dataclass
@@ -37,12 +45,15 @@ class RunResult:
     history: list[dict] = field(default_factory=list)
     last: dict = field(default_factory=dict)
     selected: dict | None = None
+    reported: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
     final_params: dict | None = None
+    reported_params: dict | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("final_params")
+        out.pop("reported_params")
         return out
 
 
@@ -60,13 +71,26 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     cfg.validate()
     method = get_method(cfg.method)
     hyper = method.hyperparameters(cfg.params)
-    ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed)
+    ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing)
+    if ds.preprocessing != cfg.preprocessing:
+        raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
     ctx = Context(dataset=ds, run=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache())
     method.prepare(ctx)
+    ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
     evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()}
     return Run(method, ctx, evals)
+
+
+def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> dict:
+    """The method's privacy plan plus what the rest of the pipeline reads outside the budget."""
+    outside = list(privacy.get("outside_budget", ())) + list(ds.outside_budget)
+    if cfg.checkpoint == "paper":
+        outside.append(PAPER_CHECKPOINT_NOTE)
+    return {**privacy, "preprocessing": ds.preprocessing, "checkpoint_rule": cfg.checkpoint,
+            "checkpoint_rule_note": CHECKPOINT_RULES[cfg.checkpoint], "outside_budget": outside,
+            "end_to_end": privacy.get("private", False) and not outside}
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[dict], None]:
@@ -88,6 +112,7 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     model = method.model(ctx)
     history: list[dict] = []
     selected: dict | None = None
+    selected_params: dict | None = None
     step_time = 0.0
     eval_at = set(range(cfg.eval_every, T + 1, cfg.eval_every)) | {1, T}
     for t in range(1, T + 1):
@@ -104,8 +129,14 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
                 show(entry)
             if entry["train"]["satisfied"] and (selected is None or entry["val"]["accuracy"] > selected["val"]["accuracy"]):
                 selected = {k: entry[k] for k in ("step", "train", "val", "test")}
+                selected_params = _snapshot(method.params(state))
     if selected is not None:
         selected["label"] = SELECTION_LABEL
+    last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
+    final_params = _snapshot(method.params(state))
+    use_selected = cfg.checkpoint == "paper" and selected is not None
+    reported = {**(selected if use_selected else last), "rule": cfg.checkpoint,
+                "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + ("" if use_selected or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate")}
     return RunResult(
         config=cfg.to_dict(),
         hyperparameters=dataclasses.asdict(ctx.hyper),
@@ -114,11 +145,17 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
         privacy=ctx.privacy,
         steps=T,
         history=history,
-        last={k: history[-1][k] for k in ("train", "val", "test")},
+        last=last,
         selected=selected,
+        reported=reported,
         timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1)},
-        final_params={k: v.detach().cpu().numpy() for k, v in method.params(state).items()},
+        final_params=final_params,
+        reported_params=selected_params if use_selected else final_params,
     )
+
+
+def _snapshot(params: dict) -> dict:
+    return {k: v.detach().cpu().numpy().copy() for k, v in params.items()}
 
 
 def train(

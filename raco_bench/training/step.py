@@ -91,10 +91,26 @@ class StepSettings:
 @dataclass(frozen=True)
 class StepRelease:
     """What a step releases beyond the model: the noisy histogram Ĥ (a Laplace release; exact, and so
-    not private, for non-private methods) and its post-processed constraint estimates Γ̂ (eq. 12)."""
+    not private, for non-private methods) and its post-processed constraint estimates Γ̂ (eq. 12).
+
+    ``batch`` (the sampled row indices) is NOT released: it is kept for white-box tests and audits,
+    which recompute the exact quantities of the step and compare (tests/test_step_privacy.py)."""
 
     histogram: torch.Tensor | None
     constraint_estimates: torch.Tensor | None
+    batch: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class StepDraws:
+    """The randomness of one step, given instead of drawn (white-box sensitivity tests and audits):
+    the gradient batch's row indices, unit Gaussians for the gradient noise (one per parameter, in
+    parameter order) and unit Laplace draws for the histogram (parts × classes). The step scales them
+    by its own σ·C and s_L, exactly as it scales its own draws."""
+
+    batch: torch.Tensor
+    gaussian: torch.Tensor | None = None
+    laplace: torch.Tensor | None = None
 
 
 def _histogram(state: TrainState, data: TrainData, model, s: StepSettings, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
@@ -108,21 +124,29 @@ def _histogram(state: TrainState, data: TrainData, model, s: StepSettings, rows:
     return data.parts_onehot(rows).T @ probs
 
 
-def sgda_step(state: TrainState, data: TrainData, model, s: StepSettings, rates: CompiledRates | None = None) -> tuple[TrainState, StepRelease]:
-    """One simultaneous primal-dual step (Algorithm 1, lines 1–9)."""
+def sgda_step(
+    state: TrainState, data: TrainData, model, s: StepSettings, rates: CompiledRates | None = None, draws: StepDraws | None = None
+) -> tuple[TrainState, StepRelease]:
+    """One simultaneous primal-dual step (Algorithm 1, lines 1–9); ``draws`` replaces its randomness."""
     g = state.generator
-    idx = poisson_batch(data.n, s.sampling_rate, g, data.X.device)  # line 1
+    idx = draws.batch if draws is not None else poisson_batch(data.n, s.sampling_rate, g, data.X.device)  # line 1
     rows = data.table[idx]
     Xb = data.X[idx]
     probs = tempered_softmax(model.logits(state.params, Xb), s.temperature)
     n_gauss = sum(p.numel() for p in state.params.values()) if s.noise_std > 0 else 0
-    z = torch.randn(n_gauss, generator=g, dtype=Xb.dtype, device=Xb.device) if n_gauss else None
+    if draws is not None:
+        z = draws.gaussian if n_gauss else None
+    else:
+        z = torch.randn(n_gauss, generator=g, dtype=Xb.dtype, device=Xb.device) if n_gauss else None
 
     coef = estimates = H = None
     if rates is not None:
         H = _histogram(state, data, model, s, rows, probs)  # line 2
         if s.laplace_scale is not None:  # line 3: Ĥ = H + Lap(s_L), iid per cell
-            H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)
+            if draws is not None:
+                H = H + s.laplace_scale * draws.laplace
+            else:
+                H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)
         # lines 4 and 8 (post-processing of Ĥ): n̂_I, Γ̂ (eq. 12), and eq. 10's coefficients scaled by B
         coef_parts, estimates = rates.dual_quantities(H, state.lam, s.expected_batch)
         coef = data.parts_onehot(rows) @ coef_parts
@@ -154,4 +178,4 @@ def sgda_step(state: TrainState, data: TrainData, model, s: StepSettings, rates:
             lam = torch.add(lam, ascent, alpha=s.dual_lr).clamp_min_(0.0)  # line 9, Π onto ℝ^J_{≥0}
         if s.lambda_max is not None:
             lam = lam.clamp_max_(s.lambda_max)
-    return TrainState(params, lam, velocity, state.step + 1, g), StepRelease(H, estimates)
+    return TrainState(params, lam, velocity, state.step + 1, g), StepRelease(H, estimates, idx)

@@ -1,0 +1,89 @@
+"""The step's privacy checks on the real step, and a mutation check: each planted privacy bug in a copy of
+raco_bench/training/step.py must turn at least one check red (docs/privacy.md, "How the step is tested")."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import privacy_checks as checks  # noqa: E402
+
+from raco_bench.training import step as real_step  # noqa: E402
+
+STEP_SOURCE = Path(real_step.__file__).read_text()
+CHECKS = (checks.check_sensitivity, checks.check_gaussian_noise, checks.check_laplace_noise)
+
+_LOGISTIC_CLIP = """        residual = lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature)
+        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))"""
+
+# (name, [(old, new), ...]): every `old` must occur exactly once in step.py, so a refactor that moves the
+# code makes this test fail loudly instead of silently testing nothing.
+MUTATIONS = {
+    "regulariser gradient added outside the clip": [(_LOGISTIC_CLIP, """        residual = lagrangian_residual(probs, data.labels_onehot(rows), None, s.temperature)
+        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))
+        reg = model.clipped_grad_sum(state.params, Xb, lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature) - residual, None)
+        grads = {k: grads[k] + reg[k] for k in grads}""")],
+    "Gaussian noise at 0.96 sigma C": [("alpha=s.noise_std)", "alpha=0.96 * s.noise_std)")],
+    "Laplace scale 0.97 s_L": [("noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "noise.laplace(tuple(H.shape), 0.97 * s.laplace_scale, g, H)")],
+    "divide by the actual batch size": [("alpha=-s.lr / s.expected_batch)", "alpha=-s.lr / max(len(idx), 1))")],
+    "n-hat from the exact histogram": [
+        ("        if s.laplace_scale is not None:  # line 3", "        H_exact = H\n        if s.laplace_scale is not None:  # line 3"),
+        ("        coef = data.parts_onehot(rows) @ coef_parts",
+         "        coef_parts = rates.part_coefficients(state.lam, rates.subset_sizes(H_exact)) * s.expected_batch\n"
+         "        coef = data.parts_onehot(rows) @ coef_parts"),
+    ],
+    "clip at 1.05 C": [("residual, s.clip_norm, data.sq_norms(rows))", "residual, 1.05 * s.clip_norm, data.sq_norms(rows))")],
+    "histogram released without noise": [("            H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "            pass")],
+}
+
+
+def mutant(name: str):
+    source = STEP_SOURCE
+    for old, new in MUTATIONS[name]:
+        assert source.count(old) == 1, f"mutation {name!r}: {old!r} occurs {source.count(old)} times in step.py; update the mutation"
+        source = source.replace(old, new)
+    module_name = "raco_bench_mutant_step_" + "".join(c if c.isalnum() else "_" for c in name)
+    spec = importlib.util.spec_from_loader(module_name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up here
+    try:
+        exec(compile(source, f"<mutant: {name}>", "exec"), module.__dict__)  # noqa: S102 - our own file, mutated
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_real_step_passes(check):
+    check(real_step)
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_each_planted_privacy_bug_turns_a_check_red(name):
+    module = mutant(name)
+    failures = []
+    try:
+        for check in CHECKS:
+            try:
+                check(module)
+            except AssertionError as exc:
+                failures.append(f"{check.__name__}: {exc}")
+                break
+    finally:
+        sys.modules.pop(module.__name__, None)
+    print(f"{name}: caught by {failures}")
+    assert failures, f"no privacy check caught the planted bug {name!r}"
