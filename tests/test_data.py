@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from raco_bench.data.catalog import EXPECTED_PUBLIC_FEATURES
 from raco_bench.data import EXPECTED, ChecksumMismatchError, MissingDataError, load_dataset
 from raco_bench.data.tabular import TEST_FRACTION, VALIDATION_FRACTION, build_dataset, split_indices
 
@@ -32,9 +33,13 @@ def _all(ds, attr):
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_counts_match_manifest(name, data_root):
-    ds = load_dataset(name)
+    ds = load_dataset(name, preprocessing="paper")
     exp = EXPECTED[name]
     assert (ds.n_rows, ds.n_features, ds.n_groups) == (exp["rows"], exp["features"], exp["groups"])
+    public = load_dataset(name)
+    assert public.n_features == EXPECTED_PUBLIC_FEATURES.get(name, exp["features"]) and public.n_rows == exp["rows"]
+    assert public.outside_budget == () and ds.outside_budget and "OUTSIDE" in ds.outside_budget[0]
+    assert public.train.X.min() >= 0.0 and public.train.X.max() <= 1.0
     assert ds.train.X.dtype == np.float32 and ds.train.y.dtype == np.int64 and ds.train.group.dtype == np.int64
     assert ds.sensitive_attribute not in ds.feature_names
     assert not any(f.startswith(ds.sensitive_attribute + "=") for f in ds.feature_names)
@@ -90,13 +95,45 @@ def test_same_seed_same_split_across_processes(data_root):
     assert hashlib.sha256(other.test.X.tobytes() + other.test.y.tobytes()).hexdigest() != outs[0]["test"]
 
 
+def test_public_preprocessing_reads_nothing_from_the_rows(data_root):
+    """Under public preprocessing a row's encoding is a function of that row alone: adding an extreme
+    record (or changing every other row) leaves the encoding of the original rows unchanged; unknown
+    categories encode as zeros and numeric values are clipped to their public range."""
+    from raco_bench.data.catalog import load_table
+
+    table = load_table("adult")
+    idx = table.split(0)
+    src = int(idx["train"][0])
+    extreme = {**table.frame.iloc[src].to_dict(), "capital-gain": 1e9, "workclass": "Not-in-the-vocabulary"}
+    bigger = table.with_row(extreme, int(table.label[src]), int(table.group[src]))
+    X, names = table.encode("public", idx["train"])
+    X2, names2 = bigger.encode("public", np.append(idx["train"], len(table.frame)))
+    assert names == names2
+    np.testing.assert_array_equal(X, X2[:-1])
+    assert X2[-1, names.index("capital-gain")] == 1.0
+    assert all(X2[-1, i] == 0 for i, n in enumerate(names) if n.startswith("workclass="))
+    # the papers' preprocessing does read the rows: the same record changes every row's encoding
+    P, _ = table.encode("paper", idx["train"])
+    P2, _ = bigger.encode("paper", np.append(idx["train"], len(table.frame)))
+    assert not np.allclose(P[:, names.index("capital-gain")], P2[:-1, names.index("capital-gain")])
+
+
+def test_every_public_domain_is_documented():
+    from raco_bench.data import catalog
+
+    for schema in (catalog.ADULT_SCHEMA, catalog.CREDIT_SCHEMA, catalog.PARKINSONS_SCHEMA, catalog.HEART_SCHEMA, catalog.ACS_SCHEMA):
+        for domain in [*schema.numeric.values(), *schema.categorical.values()]:
+            assert domain.source, domain
+
+
 def test_normalisation_uses_training_statistics_only():
     rng = np.random.default_rng(0)
     n = 400
     y = rng.integers(0, 2, n)
     g = rng.integers(0, 2, n)
     frame = pd.DataFrame({"a": rng.normal(5, 2, n), "c": rng.choice(["x", "y", "z"], n)})
-    kw = dict(label=y, group=g, class_names=("0", "1"), group_names=("0", "1"), sensitive_attribute="s", categorical=["c"], numeric=["a"], seed=0)
+    kw = dict(label=y, group=g, class_names=("0", "1"), group_names=("0", "1"), sensitive_attribute="s", categorical=["c"], numeric=["a"],
+              seed=0, preprocessing="paper")
     ds = build_dataset("toy", frame, **kw)
     col = ds.feature_names.index("a")
     assert abs(ds.train.X[:, col].mean()) < 1e-5 and abs(ds.train.X[:, col].std(ddof=1) - 1) < 1e-5

@@ -90,6 +90,8 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     assert all(m in wall for m in ("raco-dp", "dp-sgd", "dp-fermi", "sgda", "sgd")) and "ratio to dp-sgd" in wall
     index = (out / "index.md").read_text()
     assert "pareto.png" in index and "δ = 1e-05" in index
+    assert "Reported checkpoint: last (every method)" in index and "OUTSIDE THE BUDGET" not in index
+    assert set(runs["preprocessing"]) == {"public"} and set(runs["outside_budget"]) == {"none"}
     if "satisfaction.png" not in names:  # no method met γ anywhere: said in the notes, not a crash
         assert "no configuration met γ" in index
     # logged to MLflow as artifacts of the sweep's parent run

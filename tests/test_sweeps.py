@@ -123,7 +123,38 @@ def test_trial_logging_is_idempotent(tmp_path):
     assert sorted(m.step for m in history) == sorted({1, T} | set(range(20, T + 1, 20)))  # step-indexed evaluations, each once
     assert len(tracking.client(uri).get_metric_history(run_id, "val_accuracy")) == 1
     arts = {a.path for a in tracking.client(uri).list_artifacts(run_id)}
-    assert {"config.json", "weights.npz"} <= arts
+    assert {"config.json", "weights.npz", "weights_last.npz"} <= arts
+    tags = raco_run.data.tags
+    assert tags["checkpoint"] == "last" and tags["preprocessing"] == "public" and tags["outside_budget"] == "none"
+    # the default checkpoint rule is the last iterate: the saved model is it, and its step is T
+    assert raco_run.data.metrics["reported_step"] == T
+
+
+def test_paper_rules_are_labelled_outside_the_budget_on_the_run(tmp_path):
+    """preprocessing=paper and checkpoint=paper: the trial's MLflow tags say what was read outside the budget,
+    and the saved weights are the reported checkpoint's (the last iterate beside them)."""
+    import numpy as np
+
+    from raco_bench.sweeps.trial import execute_trial
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("sgda",), n_configs=1, phase1_seeds=1,
+                     max_steps=60, eval_every=10, preprocessing="paper", checkpoint="paper")
+    exp = tracking.get_or_create_experiment(uri, spec.experiment)
+    parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
+    (trial,) = phase1_trials(spec, n_train=3745)
+    execute_trial(trial, uri, exp, parent)
+    (run,) = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")
+    tags = run.data.tags
+    assert tags["preprocessing"] == "paper" and tags["checkpoint"] == "paper"
+    assert "preprocessing=paper" in tags["outside_budget"] and "checkpoint=paper" in tags["outside_budget"]
+    c = tracking.client(uri)
+    reported = np.load(c.download_artifacts(run.info.run_id, "weights.npz", str(tmp_path)))
+    last = np.load(c.download_artifacts(run.info.run_id, "weights_last.npz", str(tmp_path)))
+    if run.data.metrics["reported_step"] < run.data.metrics["steps"]:
+        assert not np.array_equal(reported["weight"], last["weight"])
+    else:
+        np.testing.assert_array_equal(reported["weight"], last["weight"])
 
 
 # ------------------------------------------------------------------------ real Ray clusters

@@ -42,6 +42,29 @@ def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
     assert result["last"]["test"]["accuracy"] >= 0.80
     assert result["hyperparameters"]["noise_multiplier"] > 0 and result["timing"]["ms_per_step"] > 0
     assert result["selected"] is None or "not privacy-accounted" in result["selected"]["label"]
+    assert p["preprocessing"] == "public" and p["checkpoint_rule"] == "last" and p["outside_budget"] == [] and p["end_to_end"]
+    assert "OUTSIDE" not in proc.stdout
+
+
+def test_checkpoint_rules_and_outside_budget_labels(adult):
+    """One rule per run; the reported parameters are the reported checkpoint's; the paper rules are labelled."""
+    import numpy as np
+
+    from raco_bench.data import load_dataset as load
+
+    last = train(RunConfig(method="sgda", gamma=0.05, steps=200, eval_every=20, checkpoint="last"), adult)
+    assert last.reported["step"] == 200 and last.reported["rule"] == "last" and last.privacy["outside_budget"] == []
+    for k in last.final_params:
+        np.testing.assert_array_equal(last.reported_params[k], last.final_params[k])
+    paper = train(RunConfig(method="sgda", gamma=0.05, steps=200, eval_every=20, checkpoint="paper"), adult)
+    assert any("checkpoint=paper" in o for o in paper.privacy["outside_budget"]) and not paper.privacy["end_to_end"]
+    if paper.selected is not None:
+        assert paper.reported["step"] == paper.selected["step"] and paper.reported["test"] == paper.selected["test"]
+    zscored = load("adult", preprocessing="paper")
+    run = train(RunConfig(method="raco-dp", steps=5, eval_every=5, preprocessing="paper"), zscored)
+    assert any("preprocessing=paper" in o for o in run.privacy["outside_budget"]) and run.privacy["private"] and not run.privacy["end_to_end"]
+    with pytest.raises(ValueError, match="preprocessing"):
+        train(RunConfig(method="raco-dp", steps=5, preprocessing="paper"), adult)  # a dataset encoded otherwise is refused
 
 
 @pytest.mark.parametrize(
@@ -58,7 +81,9 @@ def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
         (["--steps", "100000"], "would spend epsilon"),
         (["--method", "dp-fermi", "--set", "privacy=secret"], "privacy"),
         (["--method", "dp-fermi", "--constraint", "false-negative-rate"], "dp-fermi regularises"),
-        (["--method", "dp-fermi", "--set", "privacy=sensitive-attribute", "--steps", "10"], "Theorem 3.3 needs T"),
+        (["--method", "dp-fermi", "--set", "privacy=sensitive-attribute", "--set", "noise_multiplier=0.5"], "spends epsilon"),
+        (["--method", "dp-fermi", "--set", "count_noise=0"], "count_noise"),
+        (["--preprocessing", "zscore"], "invalid choice"),
         (["--method", "dp-fermi", "--set", "laplace_scale=2"], "unknown setting"),
     ],
 )

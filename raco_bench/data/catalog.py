@@ -1,7 +1,7 @@
 """The benchmark datasets as plugins: raw files, how to read them, and how to encode them.
 
 Each :class:`DatasetSpec` knows its raw files (upstream URL and sha256) and a ``build`` function
-that turns verified raw files into a :class:`~raco_bench.data.tabular.TabularDataset` under the
+that turns verified raw files into a :class:`~raco_bench.data.tabular.RawTable`, which splits and encodes itself under the
 project protocol (:mod:`raco_bench.data.tabular`). The counts in :data:`EXPECTED` come from
 ``shared/data/MANIFEST.md`` and are checked by the tests.
 """
@@ -18,7 +18,7 @@ import pandas as pd
 from raco_bench.data import files
 from raco_bench.data.files import RawFile
 from raco_bench.data.schema import CategoricalDomain, NumericDomain, PublicSchema, binary, codes
-from raco_bench.data.tabular import TabularDataset, build_dataset
+from raco_bench.data.tabular import RawTable, TabularDataset
 
 UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases"
 GITHUB_RAW = "https://raw.githubusercontent.com"
@@ -72,12 +72,18 @@ RAC1P_NAMES = (
 )
 
 
+def _table(name: str, frame: pd.DataFrame, *, label, group, class_names, group_names, sensitive_attribute, categorical, numeric,
+           schema, note: str = "") -> RawTable:
+    return RawTable(name, frame, label, group, tuple(class_names), tuple(group_names), sensitive_attribute, tuple(categorical),
+                    tuple(numeric), schema, note)
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     name: str
     description: str
     raw_files: Callable[..., tuple[RawFile, ...]]
-    build: Callable[..., TabularDataset]
+    build: Callable[..., RawTable]  # verified raw files (and params) -> the table before encoding
     default_params: dict = field(default_factory=dict)
 
     def files(self, **params) -> tuple[RawFile, ...]:
@@ -92,19 +98,19 @@ def _adult_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_adult(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
+def _build_adult(paths: list[Path]) -> RawTable:
     train = pd.read_csv(paths[0], header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?")
     test = pd.read_csv(paths[1], header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?", skiprows=1)
     df = pd.concat([train, test], ignore_index=True).dropna().reset_index(drop=True)
     income = df["income"].str.rstrip(".")
     groups = ("Female", "Male")
-    return build_dataset(
+    return _table(
         "adult", df.drop(columns=["income", "sex"]),
         label=(income == ">50K").to_numpy().astype(np.int64),
         group=df["sex"].map({g: i for i, g in enumerate(groups)}).to_numpy(),
         class_names=("<=50K", ">50K"), group_names=groups, sensitive_attribute="sex",
-        categorical=ADULT_CATEGORICAL, numeric=ADULT_NUMERIC, seed=seed,
-        note="UCI train+test, rows with missing values dropped", preprocessing=preprocessing, schema=ADULT_SCHEMA,
+        categorical=ADULT_CATEGORICAL, numeric=ADULT_NUMERIC,
+        note="UCI train+test, rows with missing values dropped", schema=ADULT_SCHEMA,
     )
 
 
@@ -140,16 +146,16 @@ def _credit_files() -> tuple[RawFile, ...]:
     )
 
 
-def _build_credit(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
+def _build_credit(paths: list[Path]) -> RawTable:
     df = pd.read_csv(paths[0], sep="\t")
     df["EDUCATION"] = df["EDUCATION"].where(df["EDUCATION"].isin([1, 2, 3]), 4)  # {0,4,5,6} -> other
     df["MARRIAGE"] = df["MARRIAGE"].where(df["MARRIAGE"] != 0, 3)  # 0 -> other
     label = df["default payment next month"].to_numpy()
-    return build_dataset(
+    return _table(
         "credit", df.drop(columns=["ID", "SEX", "default payment next month"]),
         label=label, group=df["SEX"].to_numpy() - 1,
         class_names=("no default", "default"), group_names=("male", "female"), sensitive_attribute="SEX",
-        categorical=CREDIT_CATEGORICAL, numeric=CREDIT_NUMERIC, seed=seed, preprocessing=preprocessing, schema=CREDIT_SCHEMA,
+        categorical=CREDIT_CATEGORICAL, numeric=CREDIT_NUMERIC, schema=CREDIT_SCHEMA,
         note="Taiwan default of credit card clients (Q20); EDUCATION {0,4,5,6} and MARRIAGE 0 merged into 'other'",
     )
 
@@ -183,17 +189,17 @@ PARKINSONS_SCHEMA = PublicSchema(numeric={
 })
 
 
-def _build_parkinsons(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
+def _build_parkinsons(paths: list[Path]) -> RawTable:
     df = pd.read_csv(paths[0])
     threshold = float(df["total_UPDRS"].median())
     features = df.drop(columns=["subject#", "sex", "total_UPDRS"])
-    return build_dataset(
+    return _table(
         "parkinsons", features,
         label=(df["total_UPDRS"] > threshold).to_numpy().astype(np.int64), group=df["sex"].to_numpy(),
         class_names=(f"total_UPDRS<={threshold:g}", f"total_UPDRS>{threshold:g}"), group_names=("male", "female"),
-        sensitive_attribute="sex", categorical=[], numeric=list(features.columns), seed=seed,
+        sensitive_attribute="sex", categorical=[], numeric=list(features.columns),
         note="label: total_UPDRS above its median over all rows (the papers' label; the median is a statistic of the rows)",
-        preprocessing=preprocessing, schema=PARKINSONS_SCHEMA,
+        schema=PARKINSONS_SCHEMA,
     )
 
 
@@ -221,15 +227,15 @@ HEART_SCHEMA = PublicSchema(numeric={
 })
 
 
-def _build_heart(paths: list[Path], seed: int, preprocessing: str = "public") -> TabularDataset:
+def _build_heart(paths: list[Path]) -> RawTable:
     df = pd.read_csv(paths[0])
     features = df.drop(columns=["HeartDiseaseorAttack", "Sex"])
-    return build_dataset(
+    return _table(
         "heart", features,
         label=df["HeartDiseaseorAttack"].to_numpy().astype(np.int64), group=df["Sex"].to_numpy().astype(np.int64),
         class_names=("no heart disease", "heart disease or attack"), group_names=("female", "male"),
-        sensitive_attribute="Sex", categorical=[], numeric=list(features.columns), seed=seed,
-        preprocessing=preprocessing, schema=HEART_SCHEMA,
+        sensitive_attribute="Sex", categorical=[], numeric=list(features.columns),
+        schema=HEART_SCHEMA,
     )
 
 
@@ -269,7 +275,7 @@ def _acs_task(task: str):
     return {"employment": folktables.ACSEmployment, "income": folktables.ACSIncome}[task]
 
 
-def _build_acs(paths: list[Path], seed: int, task: str, survey_year: str, horizon: str, preprocessing: str = "public") -> TabularDataset:
+def _build_acs(paths: list[Path], task: str, survey_year: str, horizon: str) -> RawTable:
     import folktables
 
     root = paths[0].parents[2]
@@ -278,12 +284,12 @@ def _build_acs(paths: list[Path], seed: int, task: str, survey_year: str, horizo
     problem = _acs_task(task)
     features, labels, groups = problem.df_to_pandas(df)
     sample = (str(survey_year), horizon) in ACS_SAMPLE_SHA256
-    return build_dataset(
+    return _table(
         f"acs-{task}", features.drop(columns=[problem.group]),
         label=labels.to_numpy().ravel().astype(np.int64), group=groups.to_numpy().ravel().astype(np.int64) - 1,
         class_names=("no", "yes"), group_names=RAC1P_NAMES, sensitive_attribute="RAC1P",
-        categorical=[], numeric=[c for c in features.columns if c != problem.group], seed=seed,
-        preprocessing=preprocessing, schema=ACS_SCHEMA,
+        categorical=[], numeric=[c for c in features.columns if c != problem.group],
+        schema=ACS_SCHEMA,
         note=(f"ACS {survey_year} {horizon} AL" + (" 5,000-row sample: a SUBSTITUTE, not comparable with the paper's 2018 5-Year numbers" if sample else "")),
     )
 
@@ -304,14 +310,12 @@ DATASETS: dict[str, DatasetSpec] = {
     "heart": DatasetSpec("heart", "Heart disease health indicators (BRFSS 2015), sensitive Sex", lambda: _heart_files(), _build_heart),
     "acs-employment": DatasetSpec(
         "acs-employment", "folktables ACSEmployment (AL), sensitive RAC1P (9 groups)", _acs_files,
-        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL", preprocessing="public": _build_acs(
-            paths, seed, "employment", survey_year, horizon, preprocessing),
+        lambda paths, survey_year="2017", horizon="1-Year", state="AL": _build_acs(paths, "employment", survey_year, horizon),
         {"survey_year": "2017", "horizon": "1-Year", "state": "AL"},
     ),
     "acs-income": DatasetSpec(
         "acs-income", "folktables ACSIncome (AL), sensitive RAC1P (9 groups)", _acs_files,
-        lambda paths, seed, survey_year="2017", horizon="1-Year", state="AL", preprocessing="public": _build_acs(
-            paths, seed, "income", survey_year, horizon, preprocessing),
+        lambda paths, survey_year="2017", horizon="1-Year", state="AL": _build_acs(paths, "income", survey_year, horizon),
         {"survey_year": "2017", "horizon": "1-Year", "state": "AL"},
     ),
 }
@@ -347,6 +351,11 @@ def load_dataset(name: str, seed: int = 0, download: bool = True, preprocessing:
 
     if preprocessing not in PREPROCESSING_MODES:
         raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
+    return load_table(name, download, **params).dataset(seed, preprocessing)
+
+
+def load_table(name: str, download: bool = True, **params) -> RawTable:
+    """The verified raw table of a benchmark dataset, before splitting and encoding."""
     spec = get_spec(name)
     params = {**spec.default_params, **params}
     paths = []
@@ -354,4 +363,4 @@ def load_dataset(name: str, seed: int = 0, download: bool = True, preprocessing:
         if raw.url is None and name.startswith("acs-") and files.find(raw) is None and download and not files.offline():
             _acs_download(params["survey_year"], params["horizon"])  # folktables fetches from the Census
         paths.append(files.ensure(raw, download=download))
-    return spec.build(paths, seed, preprocessing=preprocessing, **params)
+    return spec.build(paths, **params)

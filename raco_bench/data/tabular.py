@@ -126,6 +126,85 @@ def split_indices(y: np.ndarray, group: np.ndarray, seed: int) -> dict[str, np.n
     return {"train": train_all[train_pos], "val": train_all[val_pos], "test": test}
 
 
+@dataclass(frozen=True)
+class RawTable:
+    """A dataset before encoding: feature columns, labels, groups and the public schema of its columns."""
+
+    name: str
+    frame: pd.DataFrame  # features only
+    label: np.ndarray
+    group: np.ndarray
+    class_names: tuple[str, ...]
+    group_names: tuple[str, ...]
+    sensitive_attribute: str
+    categorical: tuple[str, ...]
+    numeric: tuple[str, ...]
+    schema: PublicSchema | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", np.asarray(self.label, dtype=np.int64))
+        object.__setattr__(self, "group", np.asarray(self.group, dtype=np.int64))
+        if self.sensitive_attribute in self.frame.columns:
+            raise ValueError(f"{self.name}: the sensitive attribute {self.sensitive_attribute!r} must not be a feature column")
+
+    def split(self, seed: int) -> dict[str, np.ndarray]:
+        return split_indices(self.label, self.group, seed)
+
+    def encode(self, preprocessing: str, train_rows: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Features of every row (float32) and their names; ``paper`` reads statistics of ``train_rows``."""
+        if preprocessing not in PREPROCESSING_MODES:
+            raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
+        blocks: list[np.ndarray] = []
+        names: list[str] = []
+        if preprocessing == "public":
+            if self.schema is None:
+                raise ValueError(f"{self.name}: preprocessing='public' needs the dataset's public schema")
+            self.schema.check_columns(self.name, list(self.numeric), list(self.categorical))
+            for col in sorted(self.numeric):
+                blocks.append(self.schema.numeric[col].encode(self.frame[col].to_numpy(dtype=np.float64))[:, None])
+                names.append(col)
+            for col in sorted(self.categorical):
+                domain = self.schema.categorical[col]
+                blocks.append(domain.encode(self.frame[col].to_numpy()))
+                names.extend(f"{col}={level}" for level in domain.levels)
+        else:
+            for col in sorted(self.numeric):
+                values = self.frame[col].to_numpy(dtype=np.float64)
+                train_values = values[train_rows]
+                mean = train_values.mean()
+                std = train_values.std(ddof=1)
+                blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
+                names.append(col)
+            for col in sorted(self.categorical):
+                values = self.frame[col].astype(str).to_numpy()
+                levels = sorted(np.unique(values))
+                blocks.append((values[:, None] == np.array(levels)[None, :]).astype(np.float64))
+                names.extend(f"{col}={level}" for level in levels)
+        return np.concatenate(blocks, axis=1).astype(np.float32), tuple(names)
+
+    def dataset(self, seed: int, preprocessing: str = "public", idx: dict[str, np.ndarray] | None = None) -> TabularDataset:
+        """The encoded, split dataset (``idx`` overrides the protocol's split, e.g. for audits)."""
+        idx = idx if idx is not None else self.split(seed)
+        X, names = self.encode(preprocessing, idx["train"])
+
+        def take(key: str) -> Split:
+            rows = idx[key]
+            return Split(np.ascontiguousarray(X[rows]), self.label[rows], self.group[rows])
+
+        return TabularDataset(
+            name=self.name, train=take("train"), val=take("val"), test=take("test"), feature_names=names,
+            class_names=self.class_names, group_names=self.group_names, sensitive_attribute=self.sensitive_attribute,
+            split_seed=seed, note=self.note, preprocessing=preprocessing,
+        )
+
+    def with_row(self, features: dict, label: int, group: int) -> "RawTable":
+        """A copy with one more row appended (index ``len(self.frame)``)."""
+        row = pd.DataFrame([features], columns=self.frame.columns)
+        return replace(self, frame=pd.concat([self.frame, row], ignore_index=True),
+                       label=np.append(self.label, label), group=np.append(self.group, group))
+
+
 def build_dataset(
     name: str,
     frame: pd.DataFrame,
@@ -143,56 +222,5 @@ def build_dataset(
     schema: PublicSchema | None = None,
 ) -> TabularDataset:
     """Encode ``frame`` (features only) and split it under the project protocol."""
-    if preprocessing not in PREPROCESSING_MODES:
-        raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
-    if preprocessing == "public":
-        if schema is None:
-            raise ValueError(f"{name}: preprocessing='public' needs the dataset's public schema")
-        schema.check_columns(name, numeric, categorical)
-    label = np.asarray(label, dtype=np.int64)
-    group = np.asarray(group, dtype=np.int64)
-    if sensitive_attribute in frame.columns:
-        raise ValueError(f"{name}: the sensitive attribute {sensitive_attribute!r} must not be a feature column")
-    idx = split_indices(label, group, seed)
-
-    blocks: list[np.ndarray] = []
-    names: list[str] = []
-    if preprocessing == "public":
-        for col in sorted(numeric):
-            blocks.append(schema.numeric[col].encode(frame[col].to_numpy(dtype=np.float64))[:, None])
-            names.append(col)
-        for col in sorted(categorical):
-            domain = schema.categorical[col]
-            blocks.append(domain.encode(frame[col].to_numpy()))
-            names.extend(f"{col}={level}" for level in domain.levels)
-    for col in sorted(numeric) if preprocessing == "paper" else ():
-        values = frame[col].to_numpy(dtype=np.float64)
-        train_values = values[idx["train"]]
-        mean = train_values.mean()
-        std = train_values.std(ddof=1)
-        blocks.append(((values - mean) / (std if std > 0 else 1.0))[:, None])
-        names.append(col)
-    for col in sorted(categorical) if preprocessing == "paper" else ():
-        values = frame[col].astype(str).to_numpy()
-        levels = sorted(np.unique(values))
-        blocks.append((values[:, None] == np.array(levels)[None, :]).astype(np.float64))
-        names.extend(f"{col}={level}" for level in levels)
-    X = np.concatenate(blocks, axis=1).astype(np.float32)
-
-    def take(key: str) -> Split:
-        rows = idx[key]
-        return Split(np.ascontiguousarray(X[rows]), label[rows], group[rows])
-
-    return TabularDataset(
-        name=name,
-        train=take("train"),
-        val=take("val"),
-        test=take("test"),
-        feature_names=tuple(names),
-        class_names=class_names,
-        group_names=group_names,
-        sensitive_attribute=sensitive_attribute,
-        split_seed=seed,
-        note=note,
-        preprocessing=preprocessing,
-    )
+    table = RawTable(name, frame, label, group, class_names, group_names, sensitive_attribute, tuple(categorical), tuple(numeric), schema, note)
+    return table.dataset(seed, preprocessing)
