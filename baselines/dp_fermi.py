@@ -47,9 +47,9 @@ import torch
 
 from baselines.ermi import linear_coefficients, project_frobenius, w_gradient_sum
 from raco_bench.methods.base import Context, Method, check_positive
-from raco_bench.methods.raco_dp import check_batch, train_tensors
+from raco_bench.methods.raco_dp import check_batch, selection_note, train_tensors
 from raco_bench.models import LogisticRegression, build_model
-from raco_bench.privacy.accounting import GaussianPlan, plan_epsilon
+from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.sampling import poisson_batch
 from raco_bench.training.objective import lagrangian_residual, lagrangian_value
 
@@ -135,14 +135,14 @@ class DPFermi(Method):
         return steps or min(hyper.default_steps, max_steps)
 
     @staticmethod
-    def privacy_plan(hyper: DPFermiHyper, n_train: int, steps: int) -> GaussianPlan | None:
+    def privacy_plan(hyper: DPFermiHyper, n_train: int, steps: int, selection: SelectionRelease | None = None) -> GaussianPlan | None:
         """What a run releases, for the accountant and the sweep's calibration (None: non-private)."""
         if hyper.privacy == "none":
             return None
         sa = hyper.privacy == "sensitive-attribute"
         return GaussianPlan(
             sampling_rate=hyper.batch_size / n_train, steps=steps, blocks=BLOCKS, count_noise=hyper.count_noise,
-            count_sensitivity=math.sqrt(2.0) if sa else 1.0, relation="replace" if sa else "add-remove",
+            count_sensitivity=math.sqrt(2.0) if sa else 1.0, relation="replace" if sa else "add-remove", selection=selection,
         )
 
     def prepare(self, ctx: Context) -> None:
@@ -164,7 +164,7 @@ class DPFermi(Method):
         )
         ctx.steps = T
         base = {"delta": run.delta, "steps": T, "sampling_rate": q, "privacy_mode": h.privacy}
-        plan = self.privacy_plan(h, n, T)
+        plan = self.privacy_plan(h, n, T, run.selection)
         if plan is None:
             ctx.extra.update(sigma=0.0)
             ctx.privacy = {**base, "private": False, "notion": "none", "epsilon_spent": math.inf, "accounting": "none (non-private)",
@@ -188,7 +188,7 @@ class DPFermi(Method):
             "group_proportions": f"P̂_S from group counts + N(0, {h.count_noise}²), inside the budget",
             "accounting": (f"dp-accounting PLD ({'REPLACE_ONE' if sa else 'ADD_OR_REMOVE_ONE'}): Gaussian count release "
                            f"(L2 sensitivity {plan.count_sensitivity:.4g}) + {T} x PoissonSampled(Gaussian(sigma/sqrt(2))) "
-                           "(theta and W blocks from one batch, each clipped)"),
+                           "(theta and W blocks from one batch, each clipped)") + (selection_note(run.selection) if run.selection else ""),
         }
 
     # ------------------------------------------------------------------ training

@@ -157,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--preprocessing", default="public", choices=["public", "paper"],
                    help="public (default): feature domains from the catalog, no budget spent; paper: z-scoring from the rows, OUTSIDE the budget")
-    p.add_argument("--checkpoint", default="last", choices=["last", "paper"],
-                   help="reported model: last (default) = the private last iterate; paper = selection outside the budget")
+    p.add_argument("--checkpoint", default="last", choices=["last", "private", "paper"],
+                   help="reported model: last (default) = the private last iterate; private = noisy validation selection charged to the "
+                        "budget (--set selection_noise=50 --set selection_checkpoints=5); paper = selection OUTSIDE the budget")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any hyperparameter, e.g. --set noise_multiplier=3")
     p.add_argument("--json", default=None, help="write the resolved config, privacy parameters and metrics here")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -79,20 +79,24 @@ def plan_steps(ctx: Context, mech: StepMechanism | None, default_steps: int) -> 
     if mech is None:
         return run.steps or min(default_steps, run.max_steps)
     if run.steps is not None:
-        spent = epsilon(mech, run.steps, run.delta)
+        spent = epsilon(mech, run.steps, run.delta, run.selection)
         if spent > run.epsilon:
             raise ValueError(
                 f"steps={run.steps} would spend epsilon={spent:.4f} > the budget {run.epsilon}; "
                 "lower steps, raise epsilon, or leave steps unset to calibrate it"
             )
         return run.steps
-    T = ctx.cache.max_steps(mech, run.epsilon, run.delta, run.max_steps)
+    T = ctx.cache.max_steps(mech, run.epsilon, run.delta, run.max_steps, run.selection)
     if T == 0:
         raise ValueError(
             f"the budget epsilon={run.epsilon}, delta={run.delta} does not allow a single step with q={mech.sampling_rate:.4g}, "
             f"noise_multiplier={mech.noise_multiplier}, laplace_scale={mech.laplace_scale}; raise the noise or epsilon, or lower batch_size"
         )
     return T
+
+
+def selection_note(selection) -> str:
+    return f", composed with {selection.count} Laplace({selection.laplace_scale:g}) validation-count releases (private checkpoint selection)"
 
 
 def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
@@ -154,10 +158,11 @@ class LagrangianSGDA(Method):
         joint = mech.laplace_scale is not None and mech.histogram_batch == "shared"
         out = {
             "private": True, "notion": "record-level add/remove DP", "delta": run.delta, "target_epsilon": run.epsilon, "steps": T,
-            "epsilon_spent": epsilon(mech, T, run.delta), "sampling_rate": mech.sampling_rate,
+            "epsilon_spent": epsilon(mech, T, run.delta, run.selection), "sampling_rate": mech.sampling_rate,
             "noise_multiplier": mech.noise_multiplier, "laplace_scale": mech.laplace_scale,
             "histogram_batch": mech.histogram_batch if mech.laplace_scale is not None else None,
-            "accounting": "joint PLD of one Poisson batch feeding Gaussian and Laplace" if joint else "dp-accounting PLD of Poisson-subsampled mechanisms",
+            "accounting": ("joint PLD of one Poisson batch feeding Gaussian and Laplace" if joint else "dp-accounting PLD of Poisson-subsampled mechanisms")
+                          + (selection_note(run.selection) if run.selection is not None else ""),
         }
         if mech.laplace_scale is not None:
             out["epsilon_separate_composition_reference"] = separate_composition_epsilon(mech, T, run.delta)

@@ -29,6 +29,27 @@ HISTOGRAM_BATCH_MODES = ("shared", "independent")
 
 
 @dataclass(frozen=True)
+class SelectionRelease:
+    """Private checkpoint selection: ``count`` Laplace releases, each of a validation count vector with
+    L1 sensitivity 1 (one record is in one cell) and noise scale ``laplace_scale``, composed with the
+    training releases (docs/privacy.md, "Checkpoint rules")."""
+
+    laplace_scale: float
+    count: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.laplace_scale) and self.laplace_scale > 0):
+            raise ValueError(f"the selection noise (Laplace scale) must be a finite number > 0, got {self.laplace_scale}")
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"the number of selection checkpoints must be an integer >= 1, got {self.count}")
+
+
+@lru_cache(maxsize=64)
+def selection_pld(selection: SelectionRelease) -> PrivacyLossDistribution:
+    return pld_lib.from_laplace_mechanism(selection.laplace_scale, value_discretization_interval=DISCRETIZATION).self_compose(selection.count)
+
+
+@dataclass(frozen=True)
 class StepMechanism:
     """What one step releases. ``noise_multiplier`` / ``laplace_scale`` = None: that release is absent;
     0 means released without noise (no privacy)."""
@@ -90,10 +111,13 @@ def _separate_pld(mech: StepMechanism) -> PrivacyLossDistribution:
     return _gaussian(mech.noise_multiplier, mech.sampling_rate).compose(_laplace(mech.laplace_scale, mech.hist_rate))
 
 
-def _epsilon(pld: PrivacyLossDistribution, steps: int, delta: float) -> float:
-    if steps <= 0:
+def _epsilon(pld: PrivacyLossDistribution, steps: int, delta: float, selection: SelectionRelease | None = None) -> float:
+    if steps <= 0 and selection is None:
         return 0.0
-    return float(pld.self_compose(int(steps)).get_epsilon_for_delta(delta))
+    total = pld.self_compose(int(steps)) if steps > 0 else None
+    if selection is not None:
+        total = selection_pld(selection) if total is None else total.compose(selection_pld(selection))
+    return float(total.get_epsilon_for_delta(delta))
 
 
 def _check_delta(delta: float) -> None:
@@ -101,14 +125,14 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
-def epsilon(mech: StepMechanism, steps: int, delta: float) -> float:
-    """ε spent by ``steps`` steps of ``mech`` at ``delta`` (∞ without noise)."""
+def epsilon(mech: StepMechanism, steps: int, delta: float, selection: SelectionRelease | None = None) -> float:
+    """ε spent by ``steps`` steps of ``mech`` (and the private checkpoint selection, if any) at ``delta`` (∞ without noise)."""
     _check_delta(delta)
-    if steps <= 0:
+    if steps <= 0 and selection is None:
         return 0.0
     if not mech.private:
         return math.inf
-    return _epsilon(step_pld(mech), steps, delta)
+    return _epsilon(step_pld(mech), steps, delta, selection)
 
 
 def separate_composition_epsilon(mech: StepMechanism, steps: int, delta: float) -> float | None:
@@ -121,8 +145,9 @@ def separate_composition_epsilon(mech: StepMechanism, steps: int, delta: float) 
     return _epsilon(_separate_pld(mech), steps, delta)
 
 
-def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000) -> int:
-    """Largest T ≤ ``cap`` with ε(T) ≤ ``target_epsilon`` (0 if even one step is too many).
+def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000, selection: SelectionRelease | None = None) -> int:
+    """Largest T ≤ ``cap`` with ε(T) ≤ ``target_epsilon`` (0 if even one step is too many), the private
+    checkpoint selection (if any) included.
 
     Exponential bracketing then bisection on the monotone ε(T); each evaluation composes the one-step
     PLD. Results are cached by :mod:`raco_bench.privacy.calibration`.
@@ -133,7 +158,7 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
     if not mech.private:
         raise ValueError("cannot calibrate the number of steps of a mechanism without noise (epsilon is infinite)")
     base = step_pld(mech)
-    eps = lambda t: _epsilon(base, t, delta)  # noqa: E731
+    eps = lambda t: _epsilon(base, t, delta, selection)  # noqa: E731
     if eps(1) > target_epsilon:
         return 0
     lo, hi = 1, 2
@@ -213,6 +238,7 @@ class GaussianPlan:
     count_noise: float | None = None
     count_sensitivity: float = 1.0
     relation: str = "add-remove"
+    selection: SelectionRelease | None = None  # private checkpoint selection, composed in
 
     def __post_init__(self) -> None:
         if not 0 < self.sampling_rate <= 1:
@@ -243,6 +269,8 @@ def plan_pld(plan: GaussianPlan, noise_multiplier: float) -> PrivacyLossDistribu
         counts = pld_lib.from_gaussian_mechanism(plan.count_noise, sensitivity=plan.count_sensitivity,
                                                  value_discretization_interval=DISCRETIZATION)
         pld = pld.compose(counts)
+    if plan.selection is not None:
+        pld = pld.compose(selection_pld(plan.selection))
     return pld
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import warnings
 
 from raco_bench.privacy.accounting import (
-    DISCRETIZATION, GaussianPlan, StepMechanism, epsilon, gaussian_epsilon, max_steps, min_noise_multiplier, plan_epsilon,
+    DISCRETIZATION, GaussianPlan, SelectionRelease, StepMechanism, epsilon, gaussian_epsilon, max_steps, min_noise_multiplier, plan_epsilon,
     plan_min_noise,
 )
 
@@ -54,9 +54,12 @@ class CalibrationCache:
         return json.dumps(payload, sort_keys=True)
 
     @classmethod
-    def key(cls, mech: StepMechanism, target_epsilon: float, delta: float, cap: int) -> str:
-        """Cache key of the largest T for ``mech`` at (ε, δ) under ``cap``."""
-        return cls._versioned({"mechanism": asdict(mech), "target_epsilon": float(target_epsilon), "delta": float(delta), "cap": int(cap)})
+    def key(cls, mech: StepMechanism, target_epsilon: float, delta: float, cap: int, selection: SelectionRelease | None = None) -> str:
+        """Cache key of the largest T for ``mech`` at (ε, δ) under ``cap`` (with a private selection, if any)."""
+        payload = {"mechanism": asdict(mech), "target_epsilon": float(target_epsilon), "delta": float(delta), "cap": int(cap)}
+        if selection is not None:
+            payload["selection"] = asdict(selection)
+        return cls._versioned(payload)
 
     @classmethod
     def noise_key(cls, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> str:
@@ -103,10 +106,11 @@ class CalibrationCache:
         """Cache key of the smallest per-block noise multiplier of a :class:`GaussianPlan`."""
         return cls._versioned({"kind": "plan_noise", "plan": asdict(plan), "target_epsilon": float(target_epsilon), "delta": float(delta)})
 
-    def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000) -> int:
-        key = self.key(mech, target_epsilon, delta, cap)
-        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap),
-                                        lambda T: T == 0 or epsilon(mech, int(T), delta) <= target_epsilon))
+    def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000,
+                  selection: SelectionRelease | None = None) -> int:
+        key = self.key(mech, target_epsilon, delta, cap, selection)
+        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap, selection),
+                                        lambda T: T == 0 or epsilon(mech, int(T), delta, selection) <= target_epsilon))
 
     def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
         """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier`."""

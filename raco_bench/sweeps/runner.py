@@ -44,8 +44,9 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
     p.add_argument("--preprocessing", choices=["public", "paper"],
                    help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
-    p.add_argument("--checkpoint", choices=["last", "paper"],
-                   help="the reported model of every method: last (default, private) or paper (selection OUTSIDE the budget)")
+    p.add_argument("--checkpoint", choices=["last", "private", "paper"],
+                   help="the reported model of every method: last (default, the private last iterate), private (noisy validation "
+                        "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
@@ -94,13 +95,13 @@ def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict
         h = method.hyperparameters(t["params"])
         if isinstance(method, DPFermi):
             t["steps"] = method.planned_steps(h, None, spec.max_steps)
-            plan = method.privacy_plan(h, n_train, t["steps"])
+            plan = method.privacy_plan(h, n_train, t["steps"], spec.selection)
             if plan is None or h.noise_multiplier is not None:
                 continue
             job = ("noise", plan, t["epsilon"], spec.delta)
             key = CalibrationCache.plan_key(*job[1:])
         else:
-            job = ("steps", method.step_mechanism(h, n_train), t["epsilon"], spec.delta, spec.max_steps)
+            job = ("steps", method.step_mechanism(h, n_train), t["epsilon"], spec.delta, spec.max_steps, spec.selection)
             key = CalibrationCache.key(*job[1:])
         t["_calibration"] = key
         jobs[key] = job

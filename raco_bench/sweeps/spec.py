@@ -31,7 +31,15 @@ class SweepSpec:
     sample_seed: int = 0
     experiment: str = ""
     preprocessing: str = "public"  # public | paper (outside the budget, labelled everywhere)
-    checkpoint: str = "last"  # one rule for every method: last | paper (outside the budget, labelled everywhere)
+    checkpoint: str = "last"  # one rule for every method: last | private (charged) | paper (outside the budget, labelled everywhere)
+    selection_noise: float = 50.0  # checkpoint=private: Laplace scale per validation count
+    selection_checkpoints: int = 5  # checkpoint=private: competing checkpoints per run
+
+    @property
+    def selection(self):
+        from raco_bench.privacy.accounting import SelectionRelease
+
+        return SelectionRelease(float(self.selection_noise), int(self.selection_checkpoints)) if self.checkpoint == "private" else None
 
     def __post_init__(self) -> None:
         if not self.experiment:
@@ -52,6 +60,7 @@ class SweepSpec:
             raise ValueError(f"invalid preprocessing={self.preprocessing!r}: choose one of {PREPROCESSING_MODES}")
         if self.checkpoint not in CHECKPOINT_RULES:
             raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
+        self.selection  # validates the private selection's settings
 
     @property
     def sweep_id(self) -> str:

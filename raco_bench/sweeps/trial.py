@@ -76,6 +76,7 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
         params={**trial["params"], **trial.get("calibrated", {})},
         preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
+        selection_noise=trial.get("selection_noise", 50.0), selection_checkpoints=trial.get("selection_checkpoints", 5),
     )
     result = train(cfg, dataset=_dataset(trial["dataset"], cfg.split_seed, cfg.preprocessing))
     reported = result.reported

@@ -17,6 +17,8 @@ CHECKPOINT_RULES = {
     "last": "the last iterate (privately released; no data read outside the budget)",
     "paper": "the papers' rule: best validation accuracy among checkpoints whose exact train-set constraints hold "
              "(not privacy-accounted: reads train and validation rows outside the budget)",
+    "private": "best noisy validation accuracy among checkpoints whose noisy validation constraints hold "
+               "(Laplace-noised validation counts, charged to the budget)",
 }
 
 
@@ -33,7 +35,9 @@ class RunConfig:
     seed: int = 0
     split_seed: int = 0
     preprocessing: str = "public"  # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
-    checkpoint: str = "last"  # the reported model: last (the private last iterate) | paper (selection outside the budget)
+    checkpoint: str = "last"  # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
+    selection_noise: float = 50.0  # checkpoint=private: Laplace scale on each validation count
+    selection_checkpoints: int = 5  # checkpoint=private: how many evenly spaced checkpoints compete (each one release)
     eval_every: int = 25
     device: str = "cpu"
     params: dict = field(default_factory=dict)
@@ -51,12 +55,23 @@ class RunConfig:
             raise ValueError(f"invalid preprocessing={self.preprocessing!r}: choose one of {PREPROCESSING_MODES}")
         if self.checkpoint not in CHECKPOINT_RULES:
             raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
+        if self.checkpoint == "private":
+            self.selection  # validates the selection's noise and count
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"invalid steps={self.steps!r}: must be >= 1 (or unset to use the privacy budget)")
         if self.max_steps < 1:
             raise ValueError(f"invalid max_steps={self.max_steps!r}: must be >= 1")
         if self.eval_every < 1:
             raise ValueError(f"invalid eval_every={self.eval_every!r}: must be >= 1")
+
+    @property
+    def selection(self):
+        """The private checkpoint selection's release (None unless checkpoint == "private")."""
+        from raco_bench.privacy.accounting import SelectionRelease
+
+        if self.checkpoint != "private":
+            return None
+        return SelectionRelease(float(self.selection_noise), int(self.selection_checkpoints))
 
     def with_overrides(self, overrides: dict[str, Any]) -> "RunConfig":
         """Apply ``key=value`` overrides: run fields by name, everything else to the method's params."""

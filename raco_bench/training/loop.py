@@ -6,6 +6,9 @@ report the same violations as RaCO-DP): at step 1, every ``eval_every`` steps an
 One checkpoint rule for every method (``RunConfig.checkpoint``, docs/privacy.md):
 
 * ``last``: the last iterate, the privately released model;
+* ``private``: the best noisy validation accuracy among checkpoints whose noisy validation
+  constraints hold, from Laplace-noised validation counts charged to the budget
+  (:mod:`raco_bench.training.selection`; the last iterate when none holds);
 * ``paper``: the papers' rule, best validation accuracy among checkpoints whose exact hard
   constraints hold on the training set (the last iterate when none does). It reads the private rows
   outside the budget, and the run says so (``privacy["outside_budget"]``).
@@ -30,6 +33,7 @@ from raco_bench.methods import Context, Method, get_method
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
 from raco_bench.training.evaluation import EvalSplit, evaluate
+from raco_bench.training.selection import PrivateSelector, selection_steps
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
 PAPER_CHECKPOINT_NOTE = "checkpoint=paper: selection with exact train-set constraints and validation accuracy is OUTSIDE the privacy budget"
@@ -49,11 +53,13 @@ class RunResult:
     timing: dict = field(default_factory=dict)
     final_params: dict | None = None
     reported_params: dict | None = None
+    selection_releases: list = field(default_factory=list)  # checkpoint=private: every noisy validation release
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("final_params")
         out.pop("reported_params")
+        out["selection_releases"] = [{k: v for k, v in e.items() if k != "noisy_counts"} for e in self.selection_releases]
         return out
 
 
@@ -113,12 +119,17 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     history: list[dict] = []
     selected: dict | None = None
     selected_params: dict | None = None
+    selector = PrivateSelector.for_run(cfg.selection, ctx.rates, cfg.seed, ctx.device) if cfg.selection is not None else None
+    private_params: dict | None = None
+    select_at = set(selection_steps(T, cfg.selection.count)) if selector is not None else set()
     step_time = 0.0
-    eval_at = set(range(cfg.eval_every, T + 1, cfg.eval_every)) | {1, T}
+    eval_at = set(range(cfg.eval_every, T + 1, cfg.eval_every)) | {1, T} | select_at
     for t in range(1, T + 1):
         s0 = time.perf_counter()
         state = method.step(ctx, state)
         step_time += time.perf_counter() - s0
+        if t in select_at and selector.observe(t, model.logits(method.params(state), run.evals["val"].X), run.evals["val"]):
+            private_params = _snapshot(method.params(state))
         if t in eval_at:
             entry: dict[str, Any] = {"step": t, "total": T}
             for name, split in run.evals.items():
@@ -134,9 +145,17 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
         selected["label"] = SELECTION_LABEL
     last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
     final_params = _snapshot(method.params(state))
-    use_selected = cfg.checkpoint == "paper" and selected is not None
-    reported = {**(selected if use_selected else last), "rule": cfg.checkpoint,
-                "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + ("" if use_selected or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate")}
+    chosen, chosen_params = None, None
+    if cfg.checkpoint == "paper" and selected is not None:
+        chosen, chosen_params = selected, selected_params
+    elif selector is not None and selector.best is not None:
+        step = selector.best["step"]
+        entry = next(e for e in history if e["step"] == step)
+        chosen = {"step": step, **{k: entry[k] for k in ("train", "val", "test")},
+                  "noisy_validation": {k: v for k, v in selector.best.items() if k != "noisy_counts"}}
+        chosen_params = private_params
+    fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
+    reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
     return RunResult(
         config=cfg.to_dict(),
         hyperparameters=dataclasses.asdict(ctx.hyper),
@@ -150,7 +169,8 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
         reported=reported,
         timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1)},
         final_params=final_params,
-        reported_params=selected_params if use_selected else final_params,
+        reported_params=chosen_params if chosen is not None else final_params,
+        selection_releases=selector.releases if selector is not None else [],
     )
 
 
