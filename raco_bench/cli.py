@@ -118,6 +118,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.what == "steptime":
         return step_time.main(args.rest)
+    if args.what == "preprocessing":
+        from raco_bench.benchmarks import preprocessing_cost
+
+        return preprocessing_cost.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
@@ -135,6 +139,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(path)
     for note in report.notes:
         print(f"note: {note}")
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from raco_bench.audit.preprocessing import PreprocessingAttack, run_attack
+
+    if args.runs < 4:
+        raise ValueError(f"invalid --runs {args.runs}: at least 4 runs per world (half choose the threshold, half are counted)")
+    results = []
+    for mode in args.preprocessing:
+        attack = PreprocessingAttack(dataset=args.dataset, column=args.column, value=args.value, preprocessing=mode,
+                                     epsilon=args.epsilon, delta=args.delta, runs=args.runs)
+        result = run_attack(attack)
+        print(result.summary(), flush=True)
+        results.append({"preprocessing": mode, "epsilon_lower": result.bound.epsilon_lower, "confidence": result.bound.confidence,
+                        "claimed_epsilon": result.claimed_epsilon, "runs_per_world": args.runs,
+                        "tpr": result.bound.true_positive_rate, "fpr": result.bound.false_positive_rate,
+                        "stat_d_mean": float(result.statistic_d.mean()), "stat_d_prime_mean": float(result.statistic_d_prime.mean())})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 
@@ -175,8 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("bench", help="benchmarks: steptime (print), walltime (print and log to MLflow for reports)")
-    p.add_argument("what", choices=["steptime", "walltime"])
+    p = sub.add_parser("audit", help="empirical privacy audits (a lower bound on epsilon beside the accounted one)")
+    audit = p.add_subparsers(dest="audit", required=True)
+    a = audit.add_parser("preprocessing", help="one extreme record against data-dependent feature scaling (RaCO-DP, README defaults)")
+    a.add_argument("--dataset", default="adult", help="dataset (default adult)")
+    a.add_argument("--column", default="capital-gain", help="numeric column of the extreme record (default capital-gain)")
+    a.add_argument("--value", type=float, default=1e9, help="its value (default 1e9)")
+    a.add_argument("--preprocessing", nargs="+", default=["paper", "public"], choices=["paper", "public"],
+                   help="preprocessing modes to audit (default: both)")
+    a.add_argument("--runs", type=int, default=300, help="training runs per world (default 300)")
+    a.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon of each run (default 1)")
+    a.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
+    a.add_argument("--json", default=None, help="write the results here")
+    p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser("bench", help="benchmarks: steptime (print), walltime (print and log to MLflow for reports), "
+                                      "preprocessing (accuracy cost of public preprocessing)")
+    p.add_argument("what", choices=["steptime", "walltime", "preprocessing"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_bench)
     return parser
