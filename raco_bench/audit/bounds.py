@@ -28,34 +28,50 @@ class AuditBound:
     runs_per_world: int
 
 
-def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """Two-sided (1 − alpha) Clopper–Pearson interval of a binomial proportion k/n."""
-    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+def clopper_pearson(k, n, alpha: float):
+    """Two-sided (1 − alpha) Clopper–Pearson interval of a binomial proportion k/n (scalars or arrays)."""
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        lo = np.where(k == 0, 0.0, stats.beta.ppf(alpha / 2, np.maximum(k, 1e-300), n - k + 1))
+        hi = np.where(k == n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1e-300)))
+    if lo.ndim == 0:
+        return float(lo), float(hi)
     return lo, hi
+
+
+def _bounds(k_pos, n_pos: int, k_neg, n_neg: int, delta: float, confidence: float) -> np.ndarray:
+    alpha = 1 - confidence
+    tpr_lo, _ = clopper_pearson(k_pos, n_pos, alpha / 2)  # both bounds at alpha/2: jointly (1 − alpha)
+    _, fpr_hi = clopper_pearson(k_neg, n_neg, alpha / 2)
+    tpr_lo, fpr_hi = np.atleast_1d(tpr_lo), np.atleast_1d(fpr_hi)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.log((tpr_lo - delta) / fpr_hi)
+    return np.where((tpr_lo - delta > 0) & (fpr_hi > 0), np.maximum(eps, 0.0), 0.0)
 
 
 def epsilon_lower_bound(k_pos: int, n_pos: int, k_neg: int, n_neg: int, delta: float, confidence: float) -> float:
     """ε ≥ ln((TPR_low − δ) / FPR_high) for a test firing k_pos/n_pos times on D′ and k_neg/n_neg on D."""
-    alpha = 1 - confidence
-    tpr_lo, _ = clopper_pearson(k_pos, n_pos, alpha / 2)  # both bounds at alpha/2: jointly (1 − alpha)
-    _, fpr_hi = clopper_pearson(k_neg, n_neg, alpha / 2)
-    if tpr_lo - delta <= 0 or fpr_hi <= 0:
-        return 0.0
-    return max(0.0, math.log((tpr_lo - delta) / fpr_hi))
+    return float(_bounds(k_pos, n_pos, k_neg, n_neg, delta, confidence)[0])
+
+
+def _fires(values: np.ndarray, thresholds: np.ndarray, direction: str) -> np.ndarray:
+    """How many ``values`` lie above (or below) each threshold."""
+    v = np.sort(values)
+    if direction == "above":
+        return len(v) - np.searchsorted(v, thresholds, side="right")
+    return np.searchsorted(v, thresholds, side="left")
 
 
 def _best_threshold(a: np.ndarray, b: np.ndarray, delta: float, confidence: float) -> tuple[float, str]:
     """The threshold and direction with the largest bound on the selection half (a: world D, b: world D′)."""
-    best = (-1.0, 0.0, "above")
     values = np.unique(np.concatenate([a, b]))
-    for thr in (values[:-1] + values[1:]) / 2 if len(values) > 1 else values:  # midpoints: margins on both sides
-        for direction in ("above", "below"):
-            pos = int((b > thr).sum() if direction == "above" else (b < thr).sum())
-            neg = int((a > thr).sum() if direction == "above" else (a < thr).sum())
-            eps = epsilon_lower_bound(pos, len(b), neg, len(a), delta, confidence)
-            if eps > best[0]:
-                best = (eps, float(thr), direction)
+    thresholds = (values[:-1] + values[1:]) / 2 if len(values) > 1 else values  # midpoints: margins on both sides
+    best = (-1.0, float(thresholds[0]), "above")
+    for direction in ("above", "below"):
+        eps = _bounds(_fires(b, thresholds, direction), len(b), _fires(a, thresholds, direction), len(a), delta, confidence)
+        i = int(np.argmax(eps))
+        if eps[i] > best[0]:
+            best = (float(eps[i]), float(thresholds[i]), direction)
     return best[1], best[2]
 
 
