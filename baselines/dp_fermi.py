@@ -39,6 +39,7 @@ order dependence, W_0 ~ N(0,1), shuffled epochs, the unweighted EO sum.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -46,12 +47,14 @@ import numpy as np
 import torch
 
 from baselines.ermi import linear_coefficients, project_frobenius, w_gradient_sum
-from raco_bench.methods.base import Context, Method, check_positive
+from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.raco_dp import check_batch, selection_note, train_tensors
-from raco_bench.models import LogisticRegression, build_model
+from raco_bench.models import Batch, build_model
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
+from raco_bench.privacy.calibration import NoiseProblem, solve_cached
 from raco_bench.privacy.sampling import poisson_batch
-from raco_bench.training.objective import lagrangian_residual, lagrangian_value
+from raco_bench.methods.space import ZeroOr
+from raco_bench.training.step import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
 # every step releases two blocks (θ, W) from one batch, each clipped and noised with the same multiplier σ
@@ -122,11 +125,53 @@ def conditional_rates(counts: np.ndarray | torch.Tensor):
     return c / c.sum(1, keepdims=True)
 
 
+@dataclass(frozen=True)
+class FermiPlan:
+    """A DP-FERMI run, resolved: model, training tensors, per-sample contexts and the noise multiplier."""
+
+    model: object
+    data: TrainData
+    s: torch.Tensor  # group per training row
+    ctx_ids: torch.Tensor  # context per training row (0 for DP, the label for EO)
+    n_ctx: int
+    q: float
+    counts: torch.Tensor  # exact (context, group) counts; released with noise in init_state
+    sigma: float
+
+
 class DPFermi(Method):
     name = "dp-fermi"
     description = "DP-FERMI: ERMI-regularised DP-SGDA (Lowy et al. 2023), reimplemented from the paper"
     private = True
     Hyper = DPFermiHyper
+    gamma_is_input = False
+    learning_rate_keys = ("lr", "lr_w")
+    style = ("#D55E00", "s")
+    doc = "docs/methods/dp-fermi.md"
+
+    def supports(self, constraint: str) -> str | None:
+        if constraint in FAIRNESS:
+            return None
+        return f"dp-fermi regularises {' or '.join(FAIRNESS)} only (ERMI has no form for {constraint!r})"
+
+    def search_space(self, n_train: int) -> dict:
+        """λ = 0 in one configuration in ten (the unregularised anchor), else log-uniform (docs/methods/dp-fermi.md)."""
+        from ray import tune
+
+        from raco_bench.methods.raco_dp import batch_choices
+
+        return {
+            "fairness": ZeroOr(tune.loguniform(0.05, 10.0), 0.1),
+            "lr": tune.loguniform(1e-3, 1.0), "lr_w": tune.loguniform(1e-3, 1.0),
+            "clip_theta": tune.uniform(1.0, 5.0), "clip_w": tune.uniform(1.0, 5.0), "w_radius": tune.uniform(1.0, 5.0),
+            "batch_size": tune.choice(batch_choices(n_train)),
+        }
+
+    def applicable(self, hyper: DPFermiHyper) -> dict:
+        drop = {"hidden"} if hyper.model != "mlp" else set()
+        if hyper.privacy == "none":
+            drop |= {"clip_theta", "clip_w", "noise_multiplier", "count_noise"}
+        return {k: v for k, v in dataclasses.asdict(hyper).items() if k not in drop}
 
     # ------------------------------------------------------------------ planning
     @staticmethod
@@ -136,7 +181,7 @@ class DPFermi(Method):
 
     @staticmethod
     def privacy_plan(hyper: DPFermiHyper, n_train: int, steps: int, selection: SelectionRelease | None = None) -> GaussianPlan | None:
-        """What a run releases, for the accountant and the sweep's calibration (None: non-private)."""
+        """What a run releases, for the accountant (None: non-private)."""
         if hyper.privacy == "none":
             return None
         sa = hyper.privacy == "sensitive-attribute"
@@ -145,10 +190,21 @@ class DPFermi(Method):
             count_sensitivity=math.sqrt(2.0) if sa else 1.0, relation="replace" if sa else "add-remove", selection=selection,
         )
 
+    def calibration(self, hyper: DPFermiHyper, n_train: int, budget: Budget) -> NoiseProblem | None:
+        """σ for the budget, unless the configuration fixes it (or is not private)."""
+        plan = self.privacy_plan(hyper, n_train, self.planned_steps(hyper, budget.steps, budget.max_steps), budget.selection)
+        if plan is None or hyper.noise_multiplier is not None:
+            return None
+        return NoiseProblem(plan, budget.epsilon, budget.delta)
+
+    def calibrated(self, problem: NoiseProblem, value: float) -> dict:
+        return {"steps": problem.plan.steps, "params": {"noise_multiplier": value}}
+
     def prepare(self, ctx: Context) -> None:
         h, ds, run = ctx.hyper, ctx.dataset, ctx.run
-        if run.constraint not in FAIRNESS:
-            raise ValueError(f"dp-fermi regularises {' or '.join(FAIRNESS)}; got constraint {run.constraint!r}")
+        reason = self.supports(run.constraint)
+        if reason:
+            raise ValueError(reason)
         eo = FAIRNESS[run.constraint] == "eo"
         q = check_batch(ctx, h.batch_size)
         T = self.planned_steps(h, run.steps, run.max_steps)
@@ -157,83 +213,72 @@ class DPFermi(Method):
         n_ctx = c if eo else 1
         dev = ctx.device
         data = train_tensors(ctx, with_parts=False)
-        ctx.extra.update(
-            model=build_model(h.model, ds.n_features, c, h.hidden), data=data, s=torch.as_tensor(ds.train.group, device=dev),
-            ctx_ids=torch.as_tensor(ctx_ids, device=dev), n_ctx=n_ctx, q=q,
-            counts=torch.as_tensor(cell_counts(ctx_ids, ds.train.group, n_ctx, G), dtype=data.X.dtype, device=dev),
-        )
-        ctx.steps = T
-        base = {"delta": run.delta, "steps": T, "sampling_rate": q, "privacy_mode": h.privacy}
         plan = self.privacy_plan(h, n, T, run.selection)
-        if plan is None:
-            ctx.extra.update(sigma=0.0)
-            ctx.privacy = {**base, "private": False, "notion": "none", "epsilon_spent": math.inf, "accounting": "none (non-private)",
-                           "group_proportions": "exact P̂_S from the training split (non-private run)"}
-            return
-        if h.noise_multiplier is not None:
-            sigma = h.noise_multiplier
+        sigma = 0.0
+        if plan is not None:
+            problem = self.calibration(h, n, ctx.budget)
+            sigma = h.noise_multiplier if problem is None else solve_cached(ctx.cache, problem)
             spent = plan_epsilon(plan, sigma, run.delta)
             if spent > run.epsilon * (1 + 1e-9):
                 raise ValueError(f"noise_multiplier={sigma} with T={T} spends epsilon={spent:.4f} > the budget {run.epsilon}; raise it or leave it unset")
-        else:
-            sigma = ctx.cache.plan_noise(plan, run.epsilon, run.delta)
-            spent = plan_epsilon(plan, sigma, run.delta)
-        ctx.extra.update(sigma=sigma)
+        ctx.plan = FermiPlan(
+            model=build_model(h.model, ds.n_features, c, h.hidden), data=data, s=torch.as_tensor(ds.train.group, device=dev),
+            ctx_ids=torch.as_tensor(ctx_ids, device=dev), n_ctx=n_ctx, q=q,
+            counts=torch.as_tensor(cell_counts(ctx_ids, ds.train.group, n_ctx, G), dtype=data.X.dtype, device=dev), sigma=sigma,
+        )
+        ctx.steps = T
+        if plan is None:
+            ctx.privacy = PrivacyPlan.none(T, run.delta).as_dict()
+            return
         sa = h.privacy == "sensitive-attribute"
         notion = ("sensitive-attribute DP only (DP-FERMI Def. 2.2; x and y public): NOT comparable with record-level DP" if sa
                   else "record-level add/remove DP (full)")
-        ctx.privacy = {
-            **base, "private": True, "notion": notion, "target_epsilon": run.epsilon, "epsilon_spent": spent, "noise_multiplier": sigma,
-            "count_noise": h.count_noise, "neighbour_relation": plan.relation,
-            "group_proportions": f"P̂_S from group counts + N(0, {h.count_noise}²), inside the budget",
-            "accounting": (f"dp-accounting PLD ({'REPLACE_ONE' if sa else 'ADD_OR_REMOVE_ONE'}): Gaussian count release "
-                           f"(L2 sensitivity {plan.count_sensitivity:.4g}) + {T} x PoissonSampled(Gaussian(sigma/sqrt(2))) "
-                           "(theta and W blocks from one batch, each clipped)") + (selection_note(run.selection) if run.selection else ""),
-        }
+        accounting = (f"dp-accounting PLD ({'REPLACE_ONE' if sa else 'ADD_OR_REMOVE_ONE'}): Gaussian count release "
+                      f"(L2 sensitivity {plan.count_sensitivity:.4g}) + {T} x PoissonSampled(Gaussian(sigma/sqrt(2))) "
+                      "(theta and W blocks from one batch, each clipped)") + (selection_note(run.selection) if run.selection else "")
+        details = {"sampling_rate": q, "privacy_mode": h.privacy, "noise_multiplier": sigma, "count_noise": h.count_noise,
+                   "neighbour_relation": plan.relation,
+                   "group_proportions": f"P̂_S from group counts + N(0, {h.count_noise}²), inside the budget"}
+        ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
 
     # ------------------------------------------------------------------ training
     def init_state(self, ctx: Context, generator: torch.Generator) -> FermiState:
         """θ_0 from the model, W_0 = 0, and the one private release of the group counts (P̂_S)."""
-        ds, h, e = ctx.dataset, ctx.hyper, ctx.extra
+        ds, h, plan = ctx.dataset, ctx.hyper, ctx.plan
         params = self.model(ctx).init(generator, ctx.device)
-        counts = e["counts"]
+        counts = plan.counts
         if h.privacy != "none":
             counts = counts + h.count_noise * torch.randn(counts.shape, generator=generator, device=counts.device, dtype=counts.dtype)
-        W = torch.zeros(e["n_ctx"], ds.n_groups, ds.n_classes, device=ctx.device)
+        W = torch.zeros(plan.n_ctx, ds.n_groups, ds.n_classes, device=ctx.device)
         return FermiState(params, W, 0, generator, conditional_rates(counts).rsqrt())
 
-    def theta_gradient_sum(self, ctx: Context, params: dict, Xb: torch.Tensor, rows: torch.Tensor, yb: torch.Tensor,
-                           F: torch.Tensor, coef: torch.Tensor) -> dict:
-        """Σ_i clip(∇_θ(ℓ_i + λψ̂_i), C_θ) (no clipping without privacy)."""
-        h, model, data = ctx.hyper, ctx.extra["model"], ctx.extra["data"]
-        clip = h.clip_theta if h.privacy != "none" else None
-        if isinstance(model, LogisticRegression):
-            return model.clipped_grad_sum(params, Xb, lagrangian_residual(F, data.labels_onehot(rows), coef, 1.0), clip, data.sq_norms(rows))
-        objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, 1.0)  # noqa: E731
-        return model.clipped_grad_sum_of(params, Xb, objective, yb, coef, clip)
+    def theta_gradient_sum(self, ctx: Context, params: dict, batch: Batch, F: torch.Tensor, coef: torch.Tensor) -> dict:
+        """Σ_i clip(∇_θ(ℓ_i + λψ̂_i), C_θ) (no clipping without privacy); the model computes it."""
+        clip = ctx.hyper.clip_theta if ctx.hyper.privacy != "none" else None
+        return ctx.plan.model.lagrangian_grad_sum(params, batch, F, coef, 1.0, clip)
 
     def step(self, ctx: Context, state: FermiState) -> FermiState:
-        h, e, g = ctx.hyper, ctx.extra, state.generator
-        model, data = e["model"], e["data"]
+        h, plan, g = ctx.hyper, ctx.plan, state.generator
+        model, data = plan.model, plan.data
         m = float(h.batch_size)
         private = h.privacy != "none"
-        idx = poisson_batch(ctx.n_train, e["q"], g, ctx.device)
+        idx = poisson_batch(ctx.n_train, plan.q, g, ctx.device)
         rows = data.table[idx]
-        Xb, cb, sb = data.X[idx], e["ctx_ids"][idx], e["s"][idx]
+        Xb, cb, sb = data.X[idx], plan.ctx_ids[idx], plan.s[idx]
         ipb = state.inv_sqrt_p[cb, sb]
         F = torch.softmax(model.logits(state.params, Xb), 1)
         coef = h.fairness * linear_coefficients(state.W, cb, sb, ipb)  # λψ̂_i = ⟨coef_i, F_i⟩ − λ
-        gtheta = self.theta_gradient_sum(ctx, state.params, Xb, rows, data.y[idx], F, coef)
+        gtheta = self.theta_gradient_sum(ctx, state.params, Batch(Xb, data.y[idx], data.labels_onehot(rows), data.sq_norms(rows)), F, coef)
         gw = w_gradient_sum(state.W, F, cb, sb, ipb, h.clip_w if private else None)
 
         params = {}
         for name, p in state.params.items():
             gsum = gtheta[name]
             if private:
-                gsum = gsum + e["sigma"] * h.clip_theta * torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+                gsum = gsum + plan.sigma * h.clip_theta * torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
             params[name] = p - h.lr * gsum / m
         if private:
-            gw = gw + e["sigma"] * h.clip_w * torch.randn(gw.shape, generator=g, device=gw.device, dtype=gw.dtype)
+            gw = gw + plan.sigma * h.clip_w * torch.randn(gw.shape, generator=g, device=gw.device, dtype=gw.dtype)
         W = project_frobenius(state.W + h.lr_w * h.fairness * gw / m, h.w_radius)
         return FermiState(params, W, state.step + 1, g, state.inv_sqrt_p)
 

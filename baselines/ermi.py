@@ -1,4 +1,4 @@
-"""ERMI and its min-max form (DP-FERMI, Lowy et al. 2023; dp_fermi_spec.md §1.1–1.2).
+"""ERMI and its min-max form (DP-FERMI, Lowy et al. 2023; docs/methods/dp-fermi.md).
 
 With soft predictions F_i ∈ Δ^c, groups s_i ∈ [G] and P̂_S = diag(p̂_S):
 

@@ -11,6 +11,8 @@ class SGDA(LagrangianSGDA):
     description = "non-private SGDA on the same rate-constrained Lagrangian (exact histogram, no clipping, no noise)"
     private = False
     constrained = True
+    style = ("#009E73", "^")
+    doc = "docs/methods/sgda.md"
 
 
 class DPSGD(LagrangianSGDA):
@@ -21,6 +23,11 @@ class DPSGD(LagrangianSGDA):
     description = "DP-SGD (unconstrained), Poisson sampling, PLD-accounted"
     private = True
     constrained = False
+    gamma_is_input = False
+    in_default_sweeps = False
+    timing_reference = True
+    style = ("#CC79A7", "D")
+    doc = "docs/methods/dp-sgd.md"
 
 
 class SGD(LagrangianSGDA):
@@ -28,3 +35,7 @@ class SGD(LagrangianSGDA):
     description = "non-private SGD on the cross-entropy (unconstrained)"
     private = False
     constrained = False
+    gamma_is_input = False
+    in_default_sweeps = False
+    style = ("#E69F00", "v")
+    doc = "docs/methods/dp-sgd.md"

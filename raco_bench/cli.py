@@ -1,4 +1,9 @@
-"""The ``raco-bench`` command line: ``datasets``, ``train`` and ``bench``."""
+"""The ``raco-bench`` command line: ``datasets``, ``train``, ``audit``, ``report`` and ``bench``.
+
+Nothing heavy is imported at start-up: ``raco-bench --help`` lists the commands at once, and each
+command's own options (``raco-bench train --help`` lists every method's ``--set`` keys) are built
+only when that command is named.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,29 @@ import math
 import sys
 from pathlib import Path
 
-from raco_bench.constraints import BUILDERS
-from raco_bench.data import DATASETS, DataError, load_dataset
-from raco_bench.data import files as data_files
-from raco_bench.training.config import RunConfig
 from raco_bench.methods import METHOD_NAMES
+from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
+
+COMMANDS = {
+    "datasets": "where each dataset is looked for, whether it verifies, its size after preprocessing",
+    "train": "train one configuration and print its summary",
+    "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
+    "report": "figures and tables of a sweep from MLflow",
+    "bench": "benchmarks: steptime, walltime (logged to MLflow for reports), preprocessing (accuracy cost of public domains)",
+}
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
+    from raco_bench.data import DATASETS, DataError, load_dataset
+    from raco_bench.data import files as data_files
+
     print(f"data roots searched: {', '.join(str(r) for r in data_files.search_roots())}")
     failures = 0
     for name, spec in DATASETS.items():
         statuses = [data_files.status(raw) for raw in spec.files()]
-        state = "verified" if all(s.state == "verified" for s in statuses) else ", ".join(sorted({s.state for s in statuses}))
-        where = "; ".join(str(s.path) if s.path else f"{s.raw.relpath} (missing)" for s in statuses)
+        state = ("generated" if not statuses else "verified" if all(s.state == "verified" for s in statuses)
+                 else ", ".join(sorted({s.state for s in statuses})))
+        where = "; ".join(str(s.path) if s.path else f"{s.raw.relpath} (missing)" for s in statuses) or "(no file)"
         shape = ""
         if all(s.state in ("verified", "unverified") for s in statuses):
             try:
@@ -86,6 +100,8 @@ def _summary(result) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from raco_bench.constraints import BUILDERS
+    from raco_bench.data import DATASETS
     from raco_bench.methods import get_method
     from raco_bench.training.loop import execute, prepare_run
 
@@ -162,67 +178,101 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raco-bench", description="Private learning under rate constraints: RaCO-DP and baselines.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _set_keys_epilog() -> str:
+    """Every method's ``--set`` keys with their defaults (imports the method plugins)."""
+    import dataclasses
 
-    p = sub.add_parser("datasets", help="where each dataset is looked for, whether it verifies, its size after preprocessing")
-    p.set_defaults(func=_cmd_datasets)
+    from raco_bench.methods import registry
 
-    p = sub.add_parser("train", help="train one configuration and print its summary")
-    p.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)}")
-    p.add_argument("--method", default="raco-dp", help=f"one of {', '.join(METHOD_NAMES)}")
-    p.add_argument("--constraint", default="demographic-parity", help=f"one of {', '.join(BUILDERS)}")
-    p.add_argument("--gamma", type=float, default=0.05, help="constraint slack (target)")
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None, help="number of steps (default: the most the budget allows)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--preprocessing", default="public", choices=["public", "paper"],
-                   help="public (default): feature domains from the catalog, no budget spent; paper: z-scoring from the rows, OUTSIDE the budget")
-    p.add_argument("--checkpoint", default="last", choices=["last", "private", "paper"],
-                   help="reported model: last (default) = the private last iterate; private = noisy validation selection charged to the "
-                        "budget (--set selection_noise=50 --set selection_checkpoints=5); paper = selection OUTSIDE the budget")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any hyperparameter, e.g. --set noise_multiplier=3")
-    p.add_argument("--json", default=None, help="write the resolved config, privacy parameters and metrics here")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=_cmd_train)
+    lines = ["--set keys of each method (KEY=VALUE, default in parentheses):"]
+    for name, cls in registry().items():
+        keys = cls().applicable(cls.Hyper())
+        lines.append(f"  {name}: " + ", ".join(f"{k} ({v})" for k, v in keys.items()))
+    run = ", ".join(f"{f.name} ({getattr(RunConfig(), f.name)})" for f in dataclasses.fields(RunConfig) if f.name != "params")
+    lines.append(f"  every run: {run}")
+    return "\n".join(lines)
 
-    p = sub.add_parser("report", help="figures and tables of a sweep from MLflow")
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    from raco_bench.constraints import BUILDERS
+    from raco_bench.data import DATASETS
+
+    d = RunConfig()
+    p.add_argument("--dataset", default=d.dataset, help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
+    p.add_argument("--method", default=d.method, help=f"one of {', '.join(METHOD_NAMES)} (default: %(default)s)")
+    p.add_argument("--constraint", default=d.constraint, help=f"one of {', '.join(BUILDERS)} (default: %(default)s)")
+    p.add_argument("--gamma", type=float, default=d.gamma, help="constraint slack, the target γ (default: %(default)s)")
+    p.add_argument("--epsilon", type=float, default=d.epsilon, help="privacy budget ε (default: %(default)s)")
+    p.add_argument("--delta", type=float, default=d.delta, help="privacy δ (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="training seed: init, batches and noise (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=None, help="number of steps T (default: the most the budget allows, capped at max_steps)")
+    p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda (default: %(default)s)")
+    p.add_argument("--preprocessing", default=d.preprocessing, choices=["public", "paper"],
+                   help="public: feature domains from the catalog, no budget spent; paper: z-scoring from the rows, OUTSIDE the budget "
+                        "(default: %(default)s)")
+    p.add_argument("--checkpoint", default=d.checkpoint, choices=list(CHECKPOINT_RULES),
+                   help="the reported model: last = the private last iterate; private = noisy validation selection charged to the "
+                        "budget (--set selection_noise=50 --set selection_checkpoints=5); paper = selection OUTSIDE the budget (default: %(default)s)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a hyperparameter or run setting, repeatable, e.g. --set noise_multiplier=3 (keys below)")
+    p.add_argument("--json", default=None, help="write the resolved config, privacy plan and metrics to this file (default: none)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (default: progress on stderr)")
+    p.epilog = _set_keys_epilog()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def _add_audit(p: argparse.ArgumentParser) -> None:
+    audit = p.add_subparsers(dest="audit", required=True)
+    a = audit.add_parser("preprocessing", help="one extreme record against data-dependent feature scaling (RaCO-DP, README defaults)")
+    a.add_argument("--dataset", default="adult", help="dataset (default: %(default)s)")
+    a.add_argument("--column", default="capital-gain", help="numeric column of the extreme record (default: %(default)s)")
+    a.add_argument("--value", type=float, default=1e9, help="its value (default: %(default)s)")
+    a.add_argument("--preprocessing", nargs="+", default=["paper", "public"], choices=["paper", "public"],
+                   help="preprocessing modes to audit (default: both)")
+    a.add_argument("--runs", type=int, default=300, help="training runs per world (default: %(default)s)")
+    a.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon of each run (default: %(default)s)")
+    a.add_argument("--delta", type=float, default=1e-5, help="delta (default: %(default)s)")
+    a.add_argument("--json", default=None, help="write the results to this file (default: none)")
+
+
+def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", required=True, help="the sweep's MLflow experiment, e.g. adult-demographic-parity")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>/)")
-    p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source")
-    p.add_argument("--walltime-experiment", default="raco-bench-walltime")
+    p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source (default: none)")
+    p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
     p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
-    p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("audit", help="empirical privacy audits (a lower bound on epsilon beside the accounted one)")
-    audit = p.add_subparsers(dest="audit", required=True)
-    a = audit.add_parser("preprocessing", help="one extreme record against data-dependent feature scaling (RaCO-DP, README defaults)")
-    a.add_argument("--dataset", default="adult", help="dataset (default adult)")
-    a.add_argument("--column", default="capital-gain", help="numeric column of the extreme record (default capital-gain)")
-    a.add_argument("--value", type=float, default=1e9, help="its value (default 1e9)")
-    a.add_argument("--preprocessing", nargs="+", default=["paper", "public"], choices=["paper", "public"],
-                   help="preprocessing modes to audit (default: both)")
-    a.add_argument("--runs", type=int, default=300, help="training runs per world (default 300)")
-    a.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon of each run (default 1)")
-    a.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
-    a.add_argument("--json", default=None, help="write the results here")
-    p.set_defaults(func=_cmd_audit)
 
-    p = sub.add_parser("bench", help="benchmarks: steptime (print), walltime (print and log to MLflow for reports), "
-                                      "preprocessing (accuracy cost of public preprocessing)")
-    p.add_argument("what", choices=["steptime", "walltime", "preprocessing"])
-    p.add_argument("rest", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_bench)
+def _add_bench(p: argparse.ArgumentParser) -> None:
+    p.add_argument("what", choices=["steptime", "walltime", "preprocessing"], help="which benchmark (each has its own --help)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
+
+
+HANDLERS = {"datasets": (None, "_cmd_datasets"), "train": (_add_train, "_cmd_train"), "audit": (_add_audit, "_cmd_audit"),
+            "report": (_add_report, "_cmd_report"), "bench": (_add_bench, "_cmd_bench")}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s options are built (all of them when ``command`` is None and details are asked for)."""
+    parser = argparse.ArgumentParser(prog="raco-bench", description="Private learning under rate constraints: RaCO-DP and baselines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add, handler = HANDLERS[name]
+        if add is not None and name == command:
+            add(p)
+        p.set_defaults(func=globals()[handler])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
+    from raco_bench.data.files import DataError
+
     try:
         return args.func(args)
     except (ValueError, DataError) as exc:

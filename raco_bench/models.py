@@ -12,7 +12,9 @@ u_i = f(h_θ(x_i); y_i, c_i). Two engines produce Σ_i clip(∇_θ u_i, C):
   vmapped over many configurations; GradSampleModule keeps hook state inside the module and its
   hooks mode is deprecated upstream.
 
-``per_sample_grads`` materialises the gradients for tests and small models.
+Both expose :meth:`lagrangian_grad_sum`, the one call a training step makes: the model decides how it
+computes Σ_i clip(∇_θ u_i, C) for the per-sample Lagrangian u_i of eq. 10 (steps never ask which
+model they have). ``per_sample_grads`` materialises the gradients for tests and small models.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from torch.func import grad, vmap
 
 Params = dict[str, torch.Tensor]
 LogitObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The rows of one batch as a step sees them: features, labels (indices and one-hot) and ‖x‖² + 1."""
+
+    X: torch.Tensor
+    y: torch.Tensor
+    y_onehot: torch.Tensor
+    sq_norms: torch.Tensor | None = None
 
 
 def _clip_factors(norms: torch.Tensor, clip: float | None) -> torch.Tensor:
@@ -64,6 +76,14 @@ class LogisticRegression:
     def per_sample_grads(self, params: Params, X: torch.Tensor, residual: torch.Tensor) -> Params:
         return {"weight": residual[:, :, None] * X[:, None, :], "bias": residual}
 
+    def lagrangian_grad_sum(self, params: Params, batch: Batch, probs: torch.Tensor, coef: torch.Tensor | None, tau: float,
+                            clip: float | None) -> Params:
+        """Σ_i clip(∇_θ u_i, C) for u_i = CE(τz_i, y_i) + ⟨c_i, σ_τ(z_i)⟩ (eq. 10), rank-1 and exact; ``coef=None``: CE only."""
+        from raco_bench.training.objective import lagrangian_residual
+
+        residual = lagrangian_residual(probs, batch.y_onehot, coef, tau)
+        return self.clipped_grad_sum(params, batch.X, residual, clip, batch.sq_norms)
+
 
 @dataclass(frozen=True)
 class MLP:
@@ -100,6 +120,15 @@ class MLP:
         norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
         factors = _clip_factors(norms, clip)
         return {k: torch.tensordot(factors, g, dims=1) for k, g in grads.items()}
+
+    def lagrangian_grad_sum(self, params: Params, batch: Batch, probs: torch.Tensor, coef: torch.Tensor | None, tau: float,
+                            clip: float | None) -> Params:
+        """Σ_i clip(∇_θ u_i, C) for eq. 10's u_i, by per-sample autodiff; ``coef=None``: CE only."""
+        from raco_bench.training.objective import lagrangian_value
+
+        c = coef if coef is not None else probs.new_zeros(probs.shape)
+        objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, tau)  # noqa: E731
+        return self.clipped_grad_sum_of(params, batch.X, objective, batch.y, c, clip)
 
 
 def build_model(name: str, n_features: int, n_classes: int, hidden: int = 64):

@@ -116,12 +116,12 @@ def test_dp_fermi_full_mode_calibration_is_tight(adult):
     assert gaussian_epsilon(0.99 * sigma / math.sqrt(2), p["sampling_rate"], 300, 1e-5) > 1.0  # 1% less noise overspends
 
 
-def _labels(extra):
-    return extra["data"].labels_onehot(extra["data"].table)
+def _labels(plan):
+    return plan.data.labels_onehot(plan.data.table)
 
 
-def _sq_norms(extra):
-    return extra["data"].sq_norms(extra["data"].table)
+def _sq_norms(plan):
+    return plan.data.sq_norms(plan.data.table)
 
 
 @pytest.mark.parametrize("mode", ["full", "sensitive-attribute"])
@@ -133,25 +133,25 @@ def test_dp_fermi_noise_scales(adult, mode):
     run = prepare_run(RunConfig(method="dp-fermi", epsilon=1.0, steps=5,
                                 params={"batch_size": 200, "w_radius": 1e6, "privacy": mode, "clip_theta": 0.7, "clip_w": 1.3, "fairness": 0.8}), small)
     ctx, method = run.ctx, run.method
-    h, e = ctx.hyper, ctx.extra
+    h, e = ctx.hyper, ctx.plan
     m = float(h.batch_size)
     z_theta, z_w = [], []
     for seed in range(300):
         state = method.init_state(ctx, torch.Generator().manual_seed(seed))
         new = method.step(ctx, state)
-        F = torch.softmax(e["model"].logits(state.params, e["data"].X), 1)
-        ip = state.inv_sqrt_p[e["ctx_ids"], e["s"]]
-        coef = h.fairness * linear_coefficients(state.W, e["ctx_ids"], e["s"], ip)
+        F = torch.softmax(e.model.logits(state.params, e.data.X), 1)
+        ip = state.inv_sqrt_p[e.ctx_ids, e.s]
+        coef = h.fairness * linear_coefficients(state.W, e.ctx_ids, e.s, ip)
         from raco_bench.training.objective import lagrangian_residual
 
-        g = e["model"].clipped_grad_sum(state.params, e["data"].X, lagrangian_residual(F, _labels(e), coef, 1.0), h.clip_theta, _sq_norms(e))
+        g = e.model.clipped_grad_sum(state.params, e.data.X, lagrangian_residual(F, _labels(e), coef, 1.0), h.clip_theta, _sq_norms(e))
         for k in state.params:
             z_theta.append(((state.params[k] - new.params[k]) / h.lr * m - g[k]).reshape(-1))
-        gw = w_gradient_sum(state.W, F, e["ctx_ids"], e["s"], ip, h.clip_w)
+        gw = w_gradient_sum(state.W, F, e.ctx_ids, e.s, ip, h.clip_w)
         z_w.append(((new.W - state.W) / (h.lr_w * h.fairness) * m - gw).reshape(-1))
     zt, zw = torch.cat(z_theta).double().numpy(), torch.cat(z_w).double().numpy()
-    assert zt.std() == pytest.approx(e["sigma"] * h.clip_theta, rel=0.02)
-    assert zw.std() == pytest.approx(e["sigma"] * h.clip_w, rel=0.05)
+    assert zt.std() == pytest.approx(e.sigma * h.clip_theta, rel=0.02)
+    assert zw.std() == pytest.approx(e.sigma * h.clip_w, rel=0.05)
     assert stats.kstest(zt / zt.std(), "norm").pvalue > 1e-3
 
 
@@ -165,29 +165,30 @@ def test_dp_fermi_sensitivities_and_epsilon_recomputed(adult, mode):
     from dataclasses import replace
 
     from baselines.dp_fermi import cell_counts
-    from raco_bench.training.objective import lagrangian_residual
+    from raco_bench.models import Batch
 
     n = 400
     small = replace(adult, train=replace(adult.train, X=adult.train.X[:n], y=adult.train.y[:n], group=adult.train.group[:n]))
     run = prepare_run(RunConfig(method="dp-fermi", epsilon=1.0, steps=40, constraint="equalized-odds",
                                 params={"batch_size": 100, "privacy": mode, "clip_theta": 0.5, "clip_w": 0.5, "fairness": 2.0}), small)
     ctx, method = run.ctx, run.method
-    h, e = ctx.hyper, ctx.extra
+    h, e = ctx.hyper, ctx.plan
     state = method.init_state(ctx, torch.Generator().manual_seed(0))
     for _ in range(40):
         state = method.step(ctx, state)
 
     def scaled_sums(s_vec, rows):
-        X, ctx_ids = e["data"].X[rows], e["ctx_ids"][rows]
-        F = torch.softmax(e["model"].logits(state.params, X), 1)
+        X, ctx_ids = e.data.X[rows], e.ctx_ids[rows]
+        F = torch.softmax(e.model.logits(state.params, X), 1)
         ip = state.inv_sqrt_p[ctx_ids, s_vec[rows]]
         coef = h.fairness * linear_coefficients(state.W, ctx_ids, s_vec[rows], ip)
-        table = e["data"].table[rows]
-        g = method.theta_gradient_sum(ctx, state.params, X, table, e["data"].y[rows], F, coef)
+        table = e.data.table[rows]
+        batch = Batch(X, e.data.y[rows], e.data.labels_onehot(table), e.data.sq_norms(table))
+        g = method.theta_gradient_sum(ctx, state.params, batch, F, coef)
         gw = w_gradient_sum(state.W, F, ctx_ids, s_vec[rows], ip, h.clip_w)
         return torch.cat([torch.cat([v.reshape(-1) for v in g.values()]) / h.clip_theta, gw.reshape(-1) / h.clip_w])
 
-    s = e["s"]
+    s = e.s
     batch = torch.arange(0, n, 3)
     worst = 0.0
     for i in batch[:60].tolist():
@@ -208,7 +209,7 @@ def test_dp_fermi_sensitivities_and_epsilon_recomputed(adult, mode):
     assert ctx.privacy["neighbour_relation"] == ("add-remove" if mode == "full" else "replace")
 
     relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if mode == "full" else dp_accounting.NeighboringRelation.REPLACE_ONE
-    sigma, q, T = e["sigma"], h.batch_size / n, ctx.steps
+    sigma, q, T = e.sigma, h.batch_size / n, ctx.steps
     # dp-accounting's REPLACE_ONE Gaussian (no sampling) doubles the unit sensitivity: express the count
     # release with sensitivity count_sensitivity as a noise multiplier per that unit
     unit = 2.0 if mode != "full" else 1.0
@@ -235,7 +236,7 @@ def test_dp_sgd_update_follows_opacus_semantics(adult):
     small = replace(adult, train=replace(adult.train, X=adult.train.X[:n], y=adult.train.y[:n], group=adult.train.group[:n]))
     run = prepare_run(RunConfig(method="dp-sgd", epsilon=1e4, steps=1, params={"batch_size": n, "clip_norm": 0.3, "lr": 0.7}), small)
     ctx = run.ctx
-    ctx.extra["settings"] = replace(ctx.extra["settings"], noise_std=0.0)  # compare the deterministic part
+    ctx.plan = replace(ctx.plan, settings=replace(ctx.plan.settings, noise_std=0.0))  # compare the deterministic part
     state = run.method.init_state(ctx, torch.Generator().manual_seed(0))
     ours = run.method.step(ctx, state).params
     lin = torch.nn.Linear(X.shape[1], 2)

@@ -18,16 +18,15 @@ from raco_bench.training import step as real_step  # noqa: E402
 STEP_SOURCE = Path(real_step.__file__).read_text()
 CHECKS = (checks.check_sensitivity, checks.check_gaussian_noise, checks.check_laplace_noise)
 
-_LOGISTIC_CLIP = """        residual = lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature)
-        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))"""
+_CLIPPED_SUM = "    grads = model.lagrangian_grad_sum(state.params, batch, probs, coef, s.temperature, s.clip_norm)"
 
 # (name, [(old, new), ...]): every `old` must occur exactly once in step.py, so a refactor that moves the
 # code makes this test fail loudly instead of silently testing nothing.
 MUTATIONS = {
-    "regulariser gradient added outside the clip": [(_LOGISTIC_CLIP, """        residual = lagrangian_residual(probs, data.labels_onehot(rows), None, s.temperature)
-        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))
-        reg = model.clipped_grad_sum(state.params, Xb, lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature) - residual, None)
-        grads = {k: grads[k] + reg[k] for k in grads}""")],
+    "regulariser gradient added outside the clip": [(_CLIPPED_SUM, """    grads = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, s.clip_norm)
+    full = model.lagrangian_grad_sum(state.params, batch, probs, coef, s.temperature, None)
+    loss = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, None)
+    grads = {k: grads[k] + full[k] - loss[k] for k in grads}""")],
     "Gaussian noise at 0.96 sigma C": [("alpha=s.noise_std)", "alpha=0.96 * s.noise_std)")],
     "Laplace scale 0.97 s_L": [("noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "noise.laplace(tuple(H.shape), 0.97 * s.laplace_scale, g, H)")],
     "divide by the actual batch size": [("alpha=-s.lr / s.expected_batch)", "alpha=-s.lr / max(len(idx), 1))")],
@@ -37,7 +36,7 @@ MUTATIONS = {
          "        coef_parts = rates.part_coefficients(state.lam, rates.subset_sizes(H_exact)) * s.expected_batch\n"
          "        coef = data.parts_onehot(rows) @ coef_parts"),
     ],
-    "clip at 1.05 C": [("residual, s.clip_norm, data.sq_norms(rows))", "residual, 1.05 * s.clip_norm, data.sq_norms(rows))")],
+    "clip at 1.05 C": [("coef, s.temperature, s.clip_norm)", "coef, s.temperature, 1.05 * s.clip_norm)")],
     "histogram released without noise": [("            H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "            pass")],
 }
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raco_bench.sweeps import SweepSpec, tracking
+from raco_bench import tracking
+from raco_bench.sweeps import SweepSpec
 from raco_bench.sweeps.plan import phase1_trials, phase2_trials, select
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -95,11 +95,12 @@ def test_cli_rejects_bad_values_before_writing(tmp_path, args, match):
     assert not out.exists()
 
 
-def test_cli_datasets_lists_all_six_verified():
+def test_cli_datasets_lists_all_six_verified_and_the_generated_one():
     proc = _cli("datasets", timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line and not line.startswith((" ", "data roots"))]
-    assert len(lines) == 6 and all(" verified " in line for line in lines)
+    assert len(lines) == 7 and sum(" verified " in line for line in lines) == 6
+    assert any(line.startswith("synthetic") and " generated " in line for line in lines)
 
 
 @pytest.mark.parametrize(

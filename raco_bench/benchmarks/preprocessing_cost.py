@@ -16,14 +16,13 @@ import statistics
 import torch
 
 from raco_bench.data import load_dataset
+from raco_bench.methods import get_method, registry
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import train
 
-LR_KEY = {"dp-fermi": ("lr", "lr_w")}
-
 
 def _runs(ds, method: str, mode: str, lr: float, seeds: int, args) -> list:
-    keys = LR_KEY.get(method, ("lr",))
+    keys = get_method(method).learning_rate_keys
     cfg = RunConfig(dataset=args.dataset, method=method, gamma=args.gamma, epsilon=args.epsilon, delta=args.delta, preprocessing=mode,
                     eval_every=10**6, params={k: lr for k in keys})
     return [train(RunConfig(**{**cfg.to_dict(), "seed": seed}), ds) for seed in range(seeds)]
@@ -32,7 +31,7 @@ def _runs(ds, method: str, mode: str, lr: float, seeds: int, args) -> list:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raco-bench bench preprocessing", description=__doc__)
     p.add_argument("--dataset", default="adult")
-    p.add_argument("--methods", nargs="+", default=["raco-dp", "dp-sgd", "dp-fermi"])
+    p.add_argument("--methods", nargs="+", default=[n for n, cls in registry().items() if cls.private], help="default: every private method")
     p.add_argument("--lrs", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epsilon", type=float, default=1.0)

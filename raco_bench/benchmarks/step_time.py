@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.data import load_dataset
-from raco_bench.methods import METHOD_NAMES
+from raco_bench.methods import METHOD_NAMES, timing_reference
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import prepare_run
 
-DEFAULT_METHODS = ("sgd", "dp-sgd", "raco-dp", "sgda", "dp-fermi")
-REFERENCES = ("dp-sgd-vmap", "dp-sgd-opacus")
+DEFAULT_METHODS = METHOD_NAMES  # every registered method
+REFERENCES = ("vmap-reference", "opacus-reference")  # logistic-regression DP-SGD written the usual ways, not suite methods
 
 
 @dataclass
@@ -69,7 +69,7 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, cl
     gen = torch.Generator(device=dev).manual_seed(seed)
     model = torch.nn.Linear(X.shape[1], ds.n_classes).to(dev)
     loss_fn = torch.nn.CrossEntropyLoss()
-    if kind == "dp-sgd-vmap":
+    if kind == "vmap-reference":
         from torch.func import functional_call, grad, vmap
 
         params = {k: v.detach() for k, v in model.named_parameters()}
@@ -129,7 +129,8 @@ def hardware() -> str:
     return f"{platform.machine()} CPU ({torch.get_num_threads()} torch threads), torch {torch.__version__}"
 
 
-def format_table(timings: list[Timing], reference: str = "dp-sgd") -> str:
+def format_table(timings: list[Timing], reference: str | None = None) -> str:
+    reference = reference or timing_reference()
     lines = [f"| dataset | method | batch | ms/step (mean ± sd over rounds) | ratio to {reference} |", "|---|---|---|---|---|"]
     ref = {t.dataset: t.ms_mean for t in timings if t.method == reference}
     for t in timings:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="raco-bench bench steptime", description=__doc__)
     p.add_argument("--datasets", nargs="+", default=["adult", "credit"])
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHOD_NAMES) + list(REFERENCES))
-    p.add_argument("--references", action="store_true", help="also time DP-SGD written with torch.func vmap and with Opacus")
+    p.add_argument("--references", action="store_true", help="also time logistic-regression DP-SGD written with torch.func vmap and with Opacus")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--steps", type=int, default=200)
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 def main_walltime(argv: list[str] | None = None) -> int:
     """`raco-bench bench walltime`: the same measurement, also logged to MLflow for `raco-bench report`."""
     from raco_bench.report.tables import WALLTIME_EXPERIMENT, log_walltime
-    from raco_bench.sweeps.tracking import resolve_tracking_uri
+    from raco_bench.tracking import resolve_tracking_uri
 
     p = argparse.ArgumentParser(prog="raco-bench bench walltime", description=main_walltime.__doc__)
     p.add_argument("--datasets", nargs="+", default=["adult", "credit"])
@@ -174,7 +175,7 @@ def main_walltime(argv: list[str] | None = None) -> int:
     timings = measure(args.datasets, args.methods, args.batch_size, args.rounds, args.steps, device=args.device)
     print(f"hardware: {hardware()}")
     print(format_table(timings))
-    run = log_walltime(uri, timings, hardware(), args.experiment)
+    run = log_walltime(uri, timings, hardware(), args.experiment, reference=timing_reference())
     print(f"logged to {uri}, experiment {args.experiment!r}, run {run}")
     return 0
 

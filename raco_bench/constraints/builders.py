@@ -1,4 +1,4 @@
-"""Builders for the paper's constraint families (raco_dp_spec.md §3; paper App. A).
+"""Builders for the paper's constraint families (docs/architecture.md, "Adding a constraint"; paper App. A).
 
 | builder | partition | constraints |
 |---|---|---|
@@ -7,7 +7,7 @@
 | :func:`false_negative_rate` | labels (K = c) | k: 1 − P̃_k(D_{y=k}) ≤ γ, one per bounded class (eq. 17) |
 
 All are one-sided; two-sidedness comes from including both a group and its complement. With
-binary labels and groups the c·G encoding repeats each distinct constraint twice (spec Q10), which
+binary labels and groups the c·G encoding repeats each distinct constraint twice (docs/methods/raco-dp.md, D10), which
 the project keeps so that counts match the paper (ACS: 2 classes × 9 groups = 18).
 """
 

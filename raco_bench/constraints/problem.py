@@ -8,7 +8,7 @@ A constraint j is a family 𝓘_j of subsets I of parts, a weight array w_j[I, k
 Everything is computed from a per-part histogram H[l, k] = Σ_{x∈D_l} p_k(x) (eq. 8): with soft
 predictions p = σ_τ(h(x)) it gives soft rates, with one-hot argmax predictions hard rates, and with
 a Laplace-noised histogram Ĥ the post-processed estimate Γ^post (eq. 12). Subset sizes are row sums
-of the histogram (Σ_k p_k = 1), floored at 1 (spec Q2); an empty subset therefore has rate 0.
+of the histogram (Σ_k p_k = 1), floored at 1 (docs/methods/raco-dp.md, D2); an empty subset therefore has rate 0.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class CompiledRates:
         return H.index_add_(0, parts, probs)
 
     def subset_sizes(self, H: torch.Tensor) -> torch.Tensor:
-        """n̂_u = max(1, Σ_{l∈u} Σ_k H[l, k]) (Algorithm 1 line 4; spec Q2)."""
+        """n̂_u = max(1, Σ_{l∈u} Σ_k H[l, k]) (Algorithm 1 line 4; docs/methods/raco-dp.md, D2)."""
         return (self.membership @ H.sum(dim=1)).clamp_min(1.0)
 
     def values(self, H: torch.Tensor, sizes: torch.Tensor | None = None) -> torch.Tensor:

@@ -303,6 +303,27 @@ def _acs_download(survey_year: str, horizon: str) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------- Synthetic
+SYNTHETIC_SCHEMA = PublicSchema(
+    numeric={f"x{i}": NumericDomain(-4.0, 4.0, source="generated: standard normal, clipped at ±4") for i in range(1, 5)},
+    categorical={"colour": CategoricalDomain(("red", "green", "blue"), "generated")},
+)
+
+
+def _build_synthetic(paths: list[Path], rows: int = 3000, seed: int = 7) -> RawTable:
+    """A small generated task whose constraints bind: the label depends on the features and on the group,
+    and the groups are unbalanced (35 / 65). No file: the rows come from a seeded generator."""
+    rng = np.random.default_rng(seed)
+    group = (rng.uniform(size=rows) < 0.65).astype(np.int64)
+    x = rng.normal(size=(rows, 4))
+    colour = rng.choice(["red", "green", "blue"], size=rows, p=[0.5, 0.3, 0.2])
+    logit = 1.2 * x[:, 0] - 0.8 * x[:, 1] + 0.5 * (colour == "red") + 1.0 * group - 0.6 + 0.3 * rng.normal(size=rows)
+    frame = pd.DataFrame({**{f"x{i + 1}": x[:, i] for i in range(4)}, "colour": colour})
+    return _table("synthetic", frame, label=(logit > 0).astype(np.int64), group=group, class_names=("no", "yes"),
+                  group_names=("a", "b"), sensitive_attribute="g", categorical=["colour"], numeric=[f"x{i}" for i in range(1, 5)],
+                  schema=SYNTHETIC_SCHEMA, note="generated (3,000 rows, seed 7): for conformance tests and quick checks")
+
+
 DATASETS: dict[str, DatasetSpec] = {
     "adult": DatasetSpec("adult", "UCI Adult: income >50K, sensitive sex (2 groups)", lambda: _adult_files(), _build_adult),
     "credit": DatasetSpec("credit", "Default of credit card clients (Taiwan), sensitive SEX (2 groups)", lambda: _credit_files(), _build_credit),
@@ -318,6 +339,7 @@ DATASETS: dict[str, DatasetSpec] = {
         lambda paths, survey_year="2017", horizon="1-Year", state="AL": _build_acs(paths, "income", survey_year, horizon),
         {"survey_year": "2017", "horizon": "1-Year", "state": "AL"},
     ),
+    "synthetic": DatasetSpec("synthetic", "generated 3,000-row task with unbalanced groups (no file)", lambda: (), _build_synthetic),
 }
 
 # Counts from shared/data/MANIFEST.md (rows after the loader's own filtering), with the papers' preprocessing.

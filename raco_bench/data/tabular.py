@@ -1,4 +1,4 @@
-"""The preprocessed dataset object and the protocol that builds it (raco_dp_spec.md §5.1, Q12).
+"""The preprocessed dataset object and the protocol that builds it (docs/datasets.md; docs/methods/raco-dp.md, D12).
 
 Protocol, identical for every dataset:
 

@@ -1,26 +1,52 @@
-"""Method plugins: RaCO-DP here, the baselines in the top-level ``baselines`` package."""
+"""The method registry: the one place that lists methods (docs/architecture.md, "Adding a method").
+
+Each entry maps a method's name to ``module:Class``; classes are imported on first use, so listing
+names costs nothing (the command line's help stays instant). Adding a method is one file (a
+:class:`~raco_bench.methods.base.Method` subclass) and one line here.
+"""
 
 from __future__ import annotations
 
-from raco_bench.methods.base import Context, Method
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raco_bench.methods.base import Method
+
+REGISTRY: dict[str, str] = {
+    "raco-dp": "raco_bench.methods.raco_dp:RacoDP",
+    "sgda": "baselines.sgda:SGDA",
+    "dp-fermi": "baselines.dp_fermi:DPFermi",
+    "dp-sgd": "baselines.sgda:DPSGD",
+    "sgd": "baselines.sgda:SGD",
+}
+METHOD_NAMES = tuple(REGISTRY)
 
 
-def registry() -> dict[str, type[Method]]:
-    from baselines import DPSGD, SGD, SGDA, DPFermi
-    from raco_bench.methods.raco_dp import RacoDP
-
-    return {cls.name: cls for cls in (RacoDP, SGDA, DPFermi, DPSGD, SGD)}
-
-
-METHOD_NAMES = ("raco-dp", "sgda", "dp-fermi", "dp-sgd", "sgd")
+def method_class(name: str) -> type[Method]:
+    try:
+        module, cls = REGISTRY[name].split(":")
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(REGISTRY)}") from None
+    return getattr(importlib.import_module(module), cls)
 
 
 def get_method(name: str) -> Method:
-    methods = registry()
-    try:
-        return methods[name]()
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of: {', '.join(methods)}") from None
+    return method_class(name)()
 
 
-__all__ = ["Context", "Method", "METHOD_NAMES", "get_method", "registry"]
+def registry() -> dict[str, type[Method]]:
+    return {name: method_class(name) for name in REGISTRY}
+
+
+def default_methods(constraint: str) -> tuple[str, ...]:
+    """The methods a sweep runs when it names none: those marked for default sweeps that support ``constraint``."""
+    return tuple(n for n, cls in registry().items() if cls.in_default_sweeps and cls().supports(constraint) is None)
+
+
+def timing_reference() -> str:
+    """The method whose step time the benchmarks divide by."""
+    return next(n for n, cls in registry().items() if cls.timing_reference)
+
+
+__all__ = ["METHOD_NAMES", "REGISTRY", "default_methods", "get_method", "method_class", "registry", "timing_reference"]

@@ -1,16 +1,29 @@
 """The method plugin interface: one object per method, the same in `raco-bench train`, in a Ray trial
-and in the benchmarks.
+and in the benchmarks (docs/architecture.md, "Methods").
 
-A method declares its hyperparameters as a frozen dataclass (``Hyper``, with defaults and a
-``validate``), plans its privacy before anything runs (``prepare``: number of steps, noise,
-accounting), and trains as a pure function of explicit state (``init_state`` and ``step``). The
-runner (:mod:`raco_bench.training.loop`) owns evaluation, checkpoint selection and reporting, so
-every method is measured the same way.
+A method is one class, registered by name in :mod:`raco_bench.methods` (the only place that lists
+methods). It owns every fact about itself that generic code needs:
+
+* its hyperparameters, a frozen dataclass (``Hyper``) with defaults and ``validate``;
+* its search space in Ray Tune's sampling vocabulary (:meth:`Method.search_space`);
+* whether γ is a training input or only a selection criterion (``gamma_is_input``), whether it is
+  private (``private``), which constraints it supports (:meth:`Method.supports`);
+* its privacy calibration as a value object (:meth:`Method.calibration`), solved through the cache by
+  the trainer and, in parallel, by the sweep driver: a calibrated T or σ is derived in one place;
+* its typed, frozen run plan (``ctx.plan``) and its privacy plan (:class:`PrivacyPlan`), fixed
+  by :meth:`Method.prepare` before anything trains;
+* its diagnostics (:meth:`Method.report`, logged by every runner whatever their names);
+* its plotting style and the hyperparameters that apply to a given setting.
+
+Training is a pure function of explicit state (:meth:`init_state`, :meth:`step`). The runner
+(:mod:`raco_bench.training.loop`) owns evaluation, checkpoint rules and reporting, so every method is
+measured the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -20,12 +33,60 @@ import torch
 from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import TabularDataset
 from raco_bench.models import Params
-from raco_bench.privacy.calibration import CalibrationCache
+from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
+from raco_bench.settings import check_positive, parse_dataclass, parse_value
+
+__all__ = ["Budget", "Context", "Method", "PrivacyPlan", "check_positive", "parse_dataclass", "parse_value"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run grants a method: the (ε, δ) budget, the step cap, the run's fixed T (if any) and the
+    private checkpoint selection that shares the budget (if any)."""
+
+    epsilon: float
+    delta: float
+    max_steps: int
+    steps: int | None = None
+    selection: Any = None  # SelectionRelease | None
+
+    @staticmethod
+    def of(run) -> "Budget":
+        return Budget(run.epsilon, run.delta, run.max_steps, run.steps, run.selection)
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """A method's privacy, fixed before training: the notion, how it is accounted, what it spends, and
+    what it reads outside the budget. ``details`` are extra numbers worth logging (σ, q, ...)."""
+
+    private: bool
+    notion: str
+    accounting: str
+    delta: float
+    steps: int
+    target_epsilon: float | None = None
+    epsilon_spent: float = math.inf
+    outside_budget: tuple[str, ...] = ()
+    details: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def none(steps: int, delta: float) -> "PrivacyPlan":
+        return PrivacyPlan(False, "none", "none (non-private)", delta, steps)
+
+    def as_dict(self) -> dict:
+        """Flat form for results and logs; a non-private plan carries no privacy parameters."""
+        out = {"private": self.private, "notion": self.notion, "accounting": self.accounting, "steps": self.steps,
+               "epsilon_spent": self.epsilon_spent, "outside_budget": list(self.outside_budget)}
+        if self.private:
+            out.update(delta=self.delta, target_epsilon=self.target_epsilon, **dict(self.details))
+        return out
 
 
 @dataclass
 class Context:
-    """Everything a method may read while planning and training one run."""
+    """Everything a method may read while planning and training one run. ``plan`` is the method's own
+    typed, frozen plan (model, tensors, resolved settings), set by :meth:`Method.prepare`."""
 
     dataset: TabularDataset
     run: Any  # RunConfig
@@ -36,11 +97,15 @@ class Context:
     cache: CalibrationCache
     steps: int = 0
     privacy: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
+    plan: Any = None
 
     @property
     def n_train(self) -> int:
         return len(self.dataset.train)
+
+    @property
+    def budget(self) -> Budget:
+        return Budget.of(self.run)
 
 
 class Method(ABC):
@@ -48,14 +113,41 @@ class Method(ABC):
     description: ClassVar[str]
     private: ClassVar[bool]
     Hyper: ClassVar[type]
+    gamma_is_input: ClassVar[bool] = True  # False: trained without γ; γ only selects among its runs
+    in_default_sweeps: ClassVar[bool] = True
+    learning_rate_keys: ClassVar[tuple[str, ...]] = ("lr",)
+    timing_reference: ClassVar[bool] = False  # the method other step times are divided by
+    style: ClassVar[tuple[str, str]] = ("#56B4E9", "P")  # (colour, marker) in every figure
+    doc: ClassVar[str] = ""  # its page in docs/methods/
 
     def hyperparameters(self, overrides: dict[str, Any] | None = None) -> Any:
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""
         return parse_dataclass(self.Hyper, overrides or {}, owner=f"method {self.name}")
 
+    def supports(self, constraint: str) -> str | None:
+        """None if the method can train with ``constraint``, else the reason it cannot."""
+        return None
+
+    @abstractmethod
+    def search_space(self, n_train: int) -> dict[str, Any]:
+        """Hyperparameter name → a Ray Tune domain (``tune.uniform``, ``tune.loguniform``, ``tune.choice``, …)
+        or a constant. ``n_train`` bounds the batch sizes."""
+
+    def applicable(self, hyper: Any) -> dict[str, Any]:
+        """The hyperparameters that matter for this method (what is logged); all of them by default."""
+        return dataclasses.asdict(hyper)
+
+    def calibration(self, hyper: Any, n_train: int, budget: Budget) -> CalibrationProblem | None:
+        """The privacy calibration this configuration needs under ``budget`` (None: nothing to calibrate)."""
+        return None
+
+    def calibrated(self, problem: CalibrationProblem, value: float) -> dict:
+        """What a solved calibration fixes in a sweep trial: ``{"steps": T}`` and/or ``{"params": {...}}``."""
+        return {}
+
     @abstractmethod
     def prepare(self, ctx: Context) -> None:
-        """Set ``ctx.steps`` and ``ctx.privacy`` (and anything in ``ctx.extra``); raise ValueError on a bad plan."""
+        """Set ``ctx.plan``, ``ctx.steps`` and ``ctx.privacy``; raise ValueError on a bad plan."""
 
     @abstractmethod
     def init_state(self, ctx: Context, generator: torch.Generator) -> Any:
@@ -66,57 +158,11 @@ class Method(ABC):
         """One training step; returns the new state."""
 
     def model(self, ctx: Context):
-        return ctx.extra["model"]
+        return ctx.plan.model
 
     def params(self, state: Any) -> Params:
         return state.params
 
     def report(self, ctx: Context, state: Any) -> dict:
-        """Extra quantities to log at an evaluation (private releases only, or labelled otherwise)."""
+        """Diagnostics to log at an evaluation (private releases only, or labelled otherwise)."""
         return {}
-
-
-def parse_value(key: str, raw: Any, annotation: Any) -> Any:
-    """Parse ``raw`` (a string from the command line, or a value) to the annotated field type."""
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip()
-    ann = str(annotation)
-    if text.lower() in {"none", "null"} and "None" in ann:
-        return None
-    try:
-        if "bool" in ann:
-            if text.lower() in {"1", "true", "yes"}:
-                return True
-            if text.lower() in {"0", "false", "no"}:
-                return False
-            raise ValueError
-        if "int" in ann and "float" not in ann:
-            return int(text)
-        if "float" in ann:
-            return float(text)
-        return text
-    except ValueError:
-        raise ValueError(f"cannot parse {key}={raw!r} as {ann}") from None
-
-
-def parse_dataclass(cls: type, overrides: dict[str, Any], owner: str) -> Any:
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)} for {owner}; known settings: {', '.join(sorted(known))}")
-    values = {k: parse_value(k, v, known[k].type) for k, v in overrides.items()}
-    obj = cls(**values)
-    if hasattr(obj, "validate"):
-        obj.validate()
-    return obj
-
-
-def check_positive(obj: Any, *names: str, allow_zero: bool = False) -> None:
-    import math
-
-    for name in names:
-        v = getattr(obj, name)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-        if not ok:
-            raise ValueError(f"invalid {name}={v!r}: must be a finite number {'>= 0' if allow_zero else '> 0'}")

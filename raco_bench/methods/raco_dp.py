@@ -9,40 +9,46 @@ set; its members differ only in whether they use the rate constraints and whethe
 | sgda (baselines) | yes | none: exact histogram, no clipping, no noise |
 | dp-sgd (baselines) | no | clipped Gaussian gradient, PLD-accounted |
 | sgd (baselines) | no | none |
+
+The algorithm, its privacy and the decisions taken are in docs/methods/raco-dp.md; the other members
+have their own pages there.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from raco_bench.methods.base import Context, Method, check_positive
+from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.models import build_model
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon
+from raco_bench.privacy.calibration import StepsProblem, solve_cached
 from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
+
+BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
 
 DUAL_UPDATES = ("soft", "hard")
 
 
 @dataclass(frozen=True)
 class SGDAHyper:
-    """Defaults from raco_dp_spec.md §5.2's ranges, tuned on Adult at ε = 1 (see the README)."""
+    """Defaults inside the searched ranges (docs/methods/raco-dp.md), tuned on Adult at ε = 1."""
 
     batch_size: int = 1024  # expected batch size B; q = B / n_train
     noise_multiplier: float = 4.0  # σ_m: Gaussian std σ_m·C on the clipped sum (private methods)
     laplace_scale: float = 2.0  # s_L: Laplace(0, s_L) per histogram cell (raco-dp; the sweeps' "b")
     clip_norm: float = 1.0  # C (private methods)
-    temperature: float = 1.0  # τ, multiplies the logits (spec Q7)
+    temperature: float = 1.0  # τ, multiplies the logits (docs/methods/raco-dp.md, D7)
     lr: float = 0.5  # η_θ
     dual_lr: float = 0.5  # η_λ
-    dual_update: str = "soft"  # soft | hard (spec Q8)
-    histogram_batch: str = "shared"  # shared | independent (spec Q5)
-    lambda_max: float | None = None  # optional box projection of λ (spec Q9)
-    dual_momentum: float = 0.0  # spec Q18
-    clip_constraint_value: bool = False  # clip Γ̂ to [0, 1] as the reference code does (spec Q6)
+    dual_update: str = "soft"  # soft | hard (docs/methods/raco-dp.md, D8)
+    histogram_batch: str = "shared"  # shared | independent (docs/methods/raco-dp.md, D5)
+    lambda_max: float | None = None  # optional box projection of λ (docs/methods/raco-dp.md, D9)
+    dual_momentum: float = 0.0  # docs/methods/raco-dp.md, D18
+    clip_constraint_value: bool = False  # clip Γ̂ to [0, 1] as the reference code does (docs/methods/raco-dp.md, D6)
     model: str = "logistic"  # logistic | mlp
     hidden: int = 64  # MLP width
     default_steps: int = 2000  # T of non-private members when the run sets no steps
@@ -73,11 +79,17 @@ def check_batch(ctx: Context, batch_size: int) -> float:
     return batch_size / ctx.n_train
 
 
-def plan_steps(ctx: Context, mech: StepMechanism | None, default_steps: int) -> int:
-    """T: the run's steps, or the largest the (ε, δ) budget allows (checked either way)."""
+def batch_choices(n_train: int) -> list[int]:
+    """The searched expected batch sizes that fit the training split (at most half of it)."""
+    return [b for b in BATCH_SIZES if b <= n_train // 2] or [max(1, n_train // 4)]
+
+
+def plan_steps(ctx: Context, problem: StepsProblem | None, default_steps: int) -> int:
+    """T: the run's steps (checked against the budget), or the largest the (ε, δ) budget allows."""
     run = ctx.run
-    if mech is None:
+    if problem is None:
         return run.steps or min(default_steps, run.max_steps)
+    mech = problem.mechanism
     if run.steps is not None:
         spent = epsilon(mech, run.steps, run.delta, run.selection)
         if spent > run.epsilon:
@@ -86,7 +98,7 @@ def plan_steps(ctx: Context, mech: StepMechanism | None, default_steps: int) -> 
                 "lower steps, raise epsilon, or leave steps unset to calibrate it"
             )
         return run.steps
-    T = ctx.cache.max_steps(mech, run.epsilon, run.delta, run.max_steps, run.selection)
+    T = int(solve_cached(ctx.cache, problem))
     if T == 0:
         raise ValueError(
             f"the budget epsilon={run.epsilon}, delta={run.delta} does not allow a single step with q={mech.sampling_rate:.4g}, "
@@ -109,14 +121,53 @@ def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
     return TrainData.build(X, y, ds.n_classes, parts, ctx.problem.partition.n_parts)
 
 
+@dataclass(frozen=True)
+class SGDAPlan:
+    """A Lagrangian-family run, resolved: the model, the training tensors and the step's numbers."""
+
+    model: object
+    data: TrainData
+    settings: StepSettings
+
+
+PRIVACY_FIELDS = ("noise_multiplier", "clip_norm")
+HISTOGRAM_FIELDS = ("laplace_scale", "histogram_batch")
+DUAL_FIELDS = ("dual_lr", "dual_update", "lambda_max", "dual_momentum", "clip_constraint_value", "temperature")
+
+
 class LagrangianSGDA(Method):
     """Simultaneous (DP) gradient descent-ascent on the rate-constrained Lagrangian (paper eqs. 2–3, 10–12)."""
 
     Hyper = SGDAHyper
     constrained: ClassVar[bool]
 
+    def search_space(self, n_train: int) -> dict:
+        """Ranges of docs/methods/raco-dp.md; privacy and dual settings only where the member uses them."""
+        from ray import tune
+
+        space = {"lr": tune.loguniform(1e-3, 0.3), "batch_size": tune.choice(batch_choices(n_train))}
+        if self.constrained:
+            space.update(temperature=tune.uniform(0.5, 4.0), dual_lr=tune.loguniform(1e-2, 1.0))
+        if self.private:
+            space.update(noise_multiplier=tune.uniform(1.0, 10.0), clip_norm=tune.loguniform(1.0, 30.0))
+        if self.private and self.constrained:
+            space.update(laplace_scale=tune.uniform(1.0, 20.0))
+        return space
+
+    def applicable(self, hyper: SGDAHyper) -> dict:
+        drop = set()
+        if not self.private:
+            drop |= set(PRIVACY_FIELDS) | {"laplace_scale"}
+        if not self.constrained:
+            drop |= set(DUAL_FIELDS) | set(HISTOGRAM_FIELDS)
+        if self.private:
+            drop.add("default_steps")  # T is calibrated from the budget
+        if hyper.model != "mlp":
+            drop.add("hidden")
+        return {k: v for k, v in dataclasses.asdict(hyper).items() if k not in drop}
+
     def step_mechanism(self, hyper: SGDAHyper, n_train: int) -> StepMechanism | None:
-        """What one step releases (None for non-private members); the sweep driver calibrates from it too."""
+        """What one step releases (None for non-private members)."""
         if not self.private:
             return None
         h = hyper
@@ -132,45 +183,60 @@ class LagrangianSGDA(Method):
             histogram_batch=h.histogram_batch,
         )
 
+    def calibration(self, hyper: SGDAHyper, n_train: int, budget: Budget) -> StepsProblem | None:
+        """T for the budget (private members whose run does not fix T)."""
+        mech = self.step_mechanism(hyper, n_train)
+        if mech is None:
+            return None
+        return StepsProblem(mech, budget.epsilon, budget.delta, budget.max_steps, budget.selection)
+
+    def calibrated(self, problem: StepsProblem, value: float) -> dict:
+        if int(value) == 0:
+            return {"skip": "the privacy budget does not allow a single step with this configuration"}
+        return {"steps": int(value)}
+
     def prepare(self, ctx: Context) -> None:
         h = ctx.hyper
         q = check_batch(ctx, h.batch_size)
-        mech = self.step_mechanism(h, ctx.n_train)
-        ctx.steps = plan_steps(ctx, mech, h.default_steps)
-        ctx.extra["model"] = build_model(h.model, ctx.dataset.n_features, ctx.dataset.n_classes, h.hidden)
-        ctx.extra["data"] = train_tensors(ctx, self.constrained)
-        ctx.extra["settings"] = StepSettings(
-            sampling_rate=q,
-            expected_batch=float(h.batch_size),
-            clip_norm=h.clip_norm if self.private else None,
-            noise_std=h.noise_multiplier * h.clip_norm if self.private else 0.0,
-            laplace_scale=h.laplace_scale if (self.private and self.constrained) else None,
-            temperature=h.temperature, lr=h.lr, dual_lr=h.dual_lr, dual_update=h.dual_update,
-            histogram_batch=h.histogram_batch, lambda_max=h.lambda_max, dual_momentum=h.dual_momentum,
-            clip_constraint_value=h.clip_constraint_value,
+        problem = self.calibration(h, ctx.n_train, ctx.budget)
+        ctx.steps = plan_steps(ctx, problem, h.default_steps)
+        ctx.plan = SGDAPlan(
+            model=build_model(h.model, ctx.dataset.n_features, ctx.dataset.n_classes, h.hidden),
+            data=train_tensors(ctx, self.constrained),
+            settings=StepSettings(
+                sampling_rate=q,
+                expected_batch=float(h.batch_size),
+                clip_norm=h.clip_norm if self.private else None,
+                noise_std=h.noise_multiplier * h.clip_norm if self.private else 0.0,
+                laplace_scale=h.laplace_scale if (self.private and self.constrained) else None,
+                temperature=h.temperature, lr=h.lr, dual_lr=h.dual_lr, dual_update=h.dual_update,
+                histogram_batch=h.histogram_batch, lambda_max=h.lambda_max, dual_momentum=h.dual_momentum,
+                clip_constraint_value=h.clip_constraint_value,
+            ),
         )
-        ctx.privacy = self._privacy(ctx, mech)
+        ctx.privacy = self._privacy(ctx, problem.mechanism if problem else None).as_dict()
 
-    def _privacy(self, ctx: Context, mech: StepMechanism | None) -> dict:
+    def _privacy(self, ctx: Context, mech: StepMechanism | None) -> PrivacyPlan:
         run, T = ctx.run, ctx.steps
         if mech is None:
-            return {"private": False, "notion": "none", "delta": run.delta, "steps": T, "epsilon_spent": math.inf, "accounting": "none (non-private)"}
+            return PrivacyPlan.none(T, run.delta)
         joint = mech.laplace_scale is not None and mech.histogram_batch == "shared"
-        out = {
-            "private": True, "notion": "record-level add/remove DP", "delta": run.delta, "target_epsilon": run.epsilon, "steps": T,
-            "epsilon_spent": epsilon(mech, T, run.delta, run.selection), "sampling_rate": mech.sampling_rate,
-            "noise_multiplier": mech.noise_multiplier, "laplace_scale": mech.laplace_scale,
-            "histogram_batch": mech.histogram_batch if mech.laplace_scale is not None else None,
-            "accounting": ("joint PLD of one Poisson batch feeding Gaussian and Laplace" if joint else "dp-accounting PLD of Poisson-subsampled mechanisms")
-                          + (selection_note(run.selection) if run.selection is not None else ""),
-        }
+        details = {"sampling_rate": mech.sampling_rate, "noise_multiplier": mech.noise_multiplier}
         if mech.laplace_scale is not None:
-            out["epsilon_separate_composition_reference"] = separate_composition_epsilon(mech, T, run.delta)
-            out["epsilon_separate_composition_note"] = (
-                "[reference only] what composing the two subsampled mechanisms separately claims (the reference implementation); "
-                "it understates a shared batch"
+            details.update(
+                laplace_scale=mech.laplace_scale, histogram_batch=mech.histogram_batch,
+                epsilon_separate_composition_reference=separate_composition_epsilon(mech, T, run.delta),
+                epsilon_separate_composition_note=(
+                    "[reference only] what composing the two subsampled mechanisms separately claims (the reference implementation); "
+                    "it understates a shared batch"),
             )
-        return out
+        accounting = ("joint PLD of one Poisson batch feeding Gaussian and Laplace" if joint else "dp-accounting PLD of Poisson-subsampled mechanisms")
+        return PrivacyPlan(
+            private=True, notion="record-level add/remove DP", delta=run.delta, steps=T, target_epsilon=run.epsilon,
+            epsilon_spent=epsilon(mech, T, run.delta, run.selection),
+            accounting=accounting + (selection_note(run.selection) if run.selection is not None else ""),
+            details=tuple(details.items()),
+        )
 
     def init_state(self, ctx: Context, generator: torch.Generator) -> TrainState:
         J = ctx.problem.n_constraints if self.constrained else 0
@@ -178,7 +244,8 @@ class LagrangianSGDA(Method):
         return TrainState(self.model(ctx).init(generator, ctx.device), zeros, zeros.clone(), 0, generator)
 
     def step(self, ctx: Context, state: TrainState) -> TrainState:
-        new, release = sgda_step(state, ctx.extra["data"], self.model(ctx), ctx.extra["settings"], ctx.rates if self.constrained else None)
+        plan = ctx.plan
+        new, release = sgda_step(state, plan.data, plan.model, plan.settings, ctx.rates if self.constrained else None)
         new.last_release = release
         return new
 
@@ -195,3 +262,5 @@ class RacoDP(LagrangianSGDA):
     description = "RaCO-DP: DP-SGDA with a Laplace-noised rate histogram (Yaghini et al.)"
     private = True
     constrained = True
+    style = ("#0072B2", "o")
+    doc = "docs/methods/raco-dp.md"

@@ -10,7 +10,7 @@ A :class:`StepMechanism` says what one step releases and how its batches are dra
 
 :func:`separate_composition_epsilon` is what the reference implementation reports (separate
 composition, whatever the batch); the suite reports it beside the real ε, labelled as such.
-Adjacency is add/remove-one throughout (spec Q16).
+Adjacency is add/remove-one throughout (docs/methods/raco-dp.md, D16).
 """
 
 from __future__ import annotations

@@ -108,21 +108,18 @@ class CalibrationCache:
 
     def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000,
                   selection: SelectionRelease | None = None) -> int:
-        key = self.key(mech, target_epsilon, delta, cap, selection)
-        return int(self._get_or_compute(key, lambda: max_steps(mech, target_epsilon, delta, cap, selection),
-                                        lambda T: T == 0 or epsilon(mech, int(T), delta, selection) <= target_epsilon))
+        """Cached :func:`~raco_bench.privacy.accounting.max_steps`."""
+        return int(solve_cached(self, StepsProblem(mech, target_epsilon, delta, cap, selection)))
 
     def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
-        """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier`."""
+        """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier` (one Poisson-subsampled Gaussian)."""
         key = self.noise_key(sampling_rate, steps, target_epsilon, delta)
         return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta),
                                           lambda s: s > 0 and gaussian_epsilon(s, sampling_rate, steps, delta) <= target_epsilon))
 
     def plan_noise(self, plan: GaussianPlan, target_epsilon: float, delta: float) -> float:
         """Cached :func:`~raco_bench.privacy.accounting.plan_min_noise`."""
-        key = self.plan_key(plan, target_epsilon, delta)
-        return float(self._get_or_compute(key, lambda: plan_min_noise(plan, target_epsilon, delta),
-                                          lambda s: s > 0 and plan_epsilon(plan, s, delta) <= target_epsilon))
+        return solve_cached(self, NoiseProblem(plan, target_epsilon, delta))
 
     def _get_or_compute(self, key: str, compute, within_budget):
         """The cached value if it still meets the budget (``within_budget``), else a recomputed one."""
@@ -137,3 +134,62 @@ class CalibrationCache:
         value = compute()
         self.put(key, value)
         return value
+
+
+# ------------------------------------------------------------------ calibration problems (value objects)
+class CalibrationProblem:
+    """A privacy calibration as a value: a cache ``key``, how to ``solve`` it, and how to check a value
+    against the budget (``within_budget``). Methods build them (:meth:`Method.calibration`); the trainer
+    solves one through the cache, the sweep driver solves many in parallel Ray tasks."""
+
+    def key(self) -> str:
+        raise NotImplementedError
+
+    def solve(self) -> float:
+        raise NotImplementedError
+
+    def within_budget(self, value: float) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StepsProblem(CalibrationProblem):
+    """The largest T whose ε (with the private selection, if any) fits the budget."""
+
+    mechanism: StepMechanism
+    target_epsilon: float
+    delta: float
+    cap: int
+    selection: SelectionRelease | None = None
+
+    def key(self) -> str:
+        return CalibrationCache.key(self.mechanism, self.target_epsilon, self.delta, self.cap, self.selection)
+
+    def solve(self) -> float:
+        return float(max_steps(self.mechanism, self.target_epsilon, self.delta, self.cap, self.selection))
+
+    def within_budget(self, value: float) -> bool:
+        return value == 0 or epsilon(self.mechanism, int(value), self.delta, self.selection) <= self.target_epsilon
+
+
+@dataclass(frozen=True)
+class NoiseProblem(CalibrationProblem):
+    """The smallest per-block noise multiplier σ whose :class:`GaussianPlan` fits the budget."""
+
+    plan: GaussianPlan
+    target_epsilon: float
+    delta: float
+
+    def key(self) -> str:
+        return CalibrationCache.plan_key(self.plan, self.target_epsilon, self.delta)
+
+    def solve(self) -> float:
+        return float(plan_min_noise(self.plan, self.target_epsilon, self.delta))
+
+    def within_budget(self, value: float) -> bool:
+        return value > 0 and plan_epsilon(self.plan, value, self.delta) <= self.target_epsilon
+
+
+def solve_cached(cache: CalibrationCache, problem: CalibrationProblem) -> float:
+    """``problem``'s value from the cache (re-verified against the budget) or solved and stored."""
+    return float(cache._get_or_compute(problem.key(), problem.solve, problem.within_budget))

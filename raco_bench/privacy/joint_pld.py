@@ -2,14 +2,14 @@
 
 Algorithm 1 (RaCO-DP) uses the same Poisson batch for the Laplace histogram and the clipped
 Gaussian gradient. dp-accounting cannot express PoissonSampled(Gaussian ⊗ Laplace), and composing
-two separately subsampled mechanisms understates ε for a shared batch (raco_dp_spec.md §4.3). This
+two separately subsampled mechanisms understates ε for a shared batch (docs/methods/raco-dp.md, D5). This
 module builds that joint PLD.
 
 Construction (add/remove adjacency, both mechanisms normalised to sensitivity 1):
 
 * Base pair P_0 = N(0, σ²) ⊗ Lap(0, s_L), P_1 = N(1, σ²) ⊗ Lap(1, s_L). The base privacy loss
   S = log dP_1/dP_0 = S_G + S_L with S_G ~ N(∓v/2, v), v = 1/σ², and S_L ∈ [−1/s_L, 1/s_L] with
-  two atoms and an exponential density in between (spec §4.3). S's CDF under P_j is the
+  two atoms and an exponential density in between (docs/methods/raco-dp.md, D5). S's CDF under P_j is the
   convolution of the two, computed here in closed form (no discretisation of S_L):
   ∫ e^{cu} Φ((t−u)/τ) du has an antiderivative in Φ.
 * Subsampling: μ = (1−q)P_0 + qP_1. The remove pair (μ, P_0) has loss log(1−q+q e^S); the add pair

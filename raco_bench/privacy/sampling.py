@@ -1,8 +1,8 @@
 """Poisson subsampling: every example joins the batch independently with probability q.
 
-The batch size is Binomial(n, q) and is never truncated or padded here (spec Q14); an empty batch is
+The batch size is Binomial(n, q) and is never truncated or padded here (docs/methods/raco-dp.md, D14); an empty batch is
 a valid outcome. Everything downstream divides by the expected batch size q·n, never by |B|
-(spec Q3), so the realised size is not released.
+(docs/methods/raco-dp.md, D3), so the realised size is not released.
 
 Sampling draws the gaps between kept indices instead of n coin flips: in a sequence of independent
 Bernoulli(q) trials the gaps between successes are iid Geometric(q) on {1, 2, …}, so

@@ -19,18 +19,22 @@ import pandas as pd  # noqa: E402
 
 from raco_bench.report.pareto import frontier  # noqa: E402
 
-METHOD_STYLE = {  # Okabe–Ito
-    "raco-dp": ("#0072B2", "o"),
-    "dp-fermi": ("#D55E00", "s"),
-    "sgda": ("#009E73", "^"),
-    "dp-sgd": ("#CC79A7", "D"),
-    "sgd": ("#E69F00", "v"),
-}
-FALLBACK = ("#56B4E9", "P")
+PALETTE = [("#56B4E9", "P"), ("#F0E442", "X"), ("#000000", "*"), ("#999999", "h")]  # for methods that logged no style
 
 
-def style(method: str) -> tuple[str, str]:
-    return METHOD_STYLE.get(method, FALLBACK)
+def method_styles(df: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """(colour, marker) per method, as each method plugin declares it (logged with its runs as the
+    ``method_style`` tag); methods without one get the next unused colour-blind-safe fallback."""
+    styles: dict[str, tuple[str, str]] = {}
+    if "style" in df.columns:
+        for method, tag in df.dropna(subset=["style"]).groupby("method")["style"].first().items():
+            if tag and "," in tag:
+                colour, marker = tag.split(",", 1)
+                styles[method] = (colour, marker)
+    spare = iter(PALETTE * 4)
+    for method in sorted(set(df["method"]) - set(styles)):
+        styles[method] = next(spare)
+    return styles
 
 
 def _eps_label(eps: float) -> str:
@@ -80,6 +84,8 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
     their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
     private_eps = sorted(e for e in agg["epsilon"].unique() if math.isfinite(e)) or [math.inf]
+    styles = method_styles(df)
+    style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     fig, axes = _panels(private_eps)
     for ax, eps in zip(axes, private_eps):
         panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
@@ -119,6 +125,8 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     """Per ε: test violation (top) and test error (bottom) against the target γ, with the violation = γ line,
     annotated with the share of runs meeting γ."""
     eps_values = sorted(rows["epsilon"].unique(), key=lambda e: (not math.isfinite(e), e))
+    styles = method_styles(df)
+    style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     n = len(eps_values)
     fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True)
     for j, eps in enumerate(eps_values):

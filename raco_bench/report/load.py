@@ -7,11 +7,11 @@ import math
 
 import pandas as pd
 
-from raco_bench.sweeps import tracking
+from raco_bench import tracking
 
 COLUMNS = [
     "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
-    "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "epsilon_spent", "steps", "ms_per_step",
+    "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "style", "epsilon_spent", "steps", "ms_per_step",
     "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
     "val_accuracy", "val_max_constraint", "train_max_constraint", "params",
 ]
@@ -33,15 +33,8 @@ def experiment_id(uri: str, name: str) -> str:
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:
     """Finished trial runs of one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep)."""
     exp_id = experiment_id(uri, experiment)
-    c = tracking.client(uri)
     query = f"tags.`{tracking.KIND}` = 'trial' and tags.`{tracking.COMPLETE}` = '1' and attributes.status = 'FINISHED'"
-    runs, token = [], None
-    while True:
-        page = c.search_runs([exp_id], filter_string=query, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
+    runs = tracking.search_all(uri, [exp_id], query)
     rows = []
     for run in runs:
         tags, m = run.data.tags, run.data.metrics
@@ -56,7 +49,7 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
             "phase": int(trial.get("phase", tags.get(tracking.PHASE, 0))), "epsilon": trial.get("epsilon"), "gamma": trial.get("gamma"),
             "config_id": trial.get("config_id"), "seed": trial.get("seed"), "delta": trial.get("delta"),
             "privacy_notion": tags.get("privacy_notion", ""), "checkpoint": tags.get("checkpoint", ""),
-            "preprocessing": tags.get("preprocessing", "unknown"), "outside_budget": tags.get("outside_budget", "unknown (run logged before labels)"),
+            "preprocessing": tags.get("preprocessing", "unknown"), "style": tags.get("method_style"), "outside_budget": tags.get("outside_budget", "unknown (run logged before labels)"),
             "epsilon_spent": get("epsilon_spent"), "steps": get("steps"), "ms_per_step": get("ms_per_step"),
             "test_accuracy": get("test_accuracy"), "test_error": get("test_error"), "test_max_constraint": get("test_max_constraint"),
             "test_dp_gap": get("test_dp_gap"), "test_eo_gap": get("test_eo_gap"), "test_fnr": get("test_fnr"),

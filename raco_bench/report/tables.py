@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from raco_bench.sweeps import tracking
+from raco_bench import tracking
 
 WALLTIME_EXPERIMENT = "raco-bench-walltime"
 
 
-def log_walltime(uri: str, timings, hardware: str, experiment: str = WALLTIME_EXPERIMENT, reference: str = "dp-sgd") -> str:
+def log_walltime(uri: str, timings, hardware: str, experiment: str, reference: str) -> str:
     """One parent run per benchmark invocation, one child run per (dataset, method)."""
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(uri, experiment)
@@ -38,10 +38,10 @@ def load_walltime(uri: str, experiment: str = WALLTIME_EXPERIMENT) -> pd.DataFra
     exp = c.get_experiment_by_name(experiment)
     if exp is None:
         return None
-    parents = c.search_runs([exp.experiment_id], f"tags.`{tracking.KIND}` = 'walltime'", order_by=["attributes.start_time DESC"], max_results=1)
+    parents = tracking.search_all(uri, [exp.experiment_id], f"tags.`{tracking.KIND}` = 'walltime'", order_by=["attributes.start_time DESC"], limit=1)
     if not parents:
         return None
-    children = c.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'", max_results=1000)
+    children = tracking.search_all(uri, [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
     rows = [{**r.data.params, **r.data.metrics} for r in children]
     if not rows:
         return None

@@ -2,8 +2,8 @@
 
 A trial is a JSON-able dict (it is what Ray Tune's grid search hands to a trial and what MLflow
 records), identified by a deterministic ``trial_key``. Non-private methods do not depend on ε, so
-they run once (ε = None); methods trained without the slack γ (DP-FERMI, DP-SGD) run once per ε and
-are selected for each γ from the same trials.
+they run once (ε = None); methods trained without the slack γ (``gamma_is_input = False`` on the
+plugin) run once per ε and are selected for each γ from the same trials.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from raco_bench.sweeps.spec import GAMMA_FREE_METHODS, PRIVATE_METHODS, SweepSpec
-from raco_bench.sweeps.space import sample_configs
+from raco_bench.methods import get_method
+from raco_bench.methods.space import sample_configs
+from raco_bench.sweeps.spec import SweepSpec
 
 PHASE2_SEED_OFFSET = 1000  # phase-2 seeds are fresh: never used in phase 1
 
@@ -37,15 +38,16 @@ def _trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamm
 
 
 def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None]]:
-    eps = list(spec.epsilons) if method in PRIVATE_METHODS else [None]
-    gam = [None] if method in GAMMA_FREE_METHODS else list(spec.gammas)
+    plugin = get_method(method)
+    eps = list(spec.epsilons) if plugin.private else [None]
+    gam = list(spec.gammas) if plugin.gamma_is_input else [None]
     return [(e, g) for e in eps for g in gam]
 
 
 def phase1_trials(spec: SweepSpec, n_train: int) -> list[dict]:
     trials = []
     for method in spec.methods:
-        configs = sample_configs(method, spec.n_configs, n_train, spec.sample_seed)
+        configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.sample_seed)
         for epsilon, gamma in _grid(spec, method):
             for config_id, params in enumerate(configs):
                 for seed in range(spec.phase1_seeds):
@@ -107,7 +109,7 @@ def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
     for sel in selections:
         if sel.config_id is None:
             continue
-        trained_gamma = None if sel.method in GAMMA_FREE_METHODS else sel.gamma
+        trained_gamma = sel.gamma if get_method(sel.method).gamma_is_input else None
         key = (sel.method, sel.epsilon, trained_gamma, sel.config_id)
         if key in seen:
             continue

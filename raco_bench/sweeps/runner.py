@@ -1,4 +1,4 @@
-"""The sweep driver: `python sweeps/adult.py` (embedded local Ray) or `ray submit cluster.yaml sweeps/adult.py`
+"""The sweep driver's orchestration: `python sweeps/adult.py` (embedded local Ray) or `ray submit cluster.yaml sweeps/adult.py`
 (the head node of a running cluster, which ``ray.init()`` joins; ``RAY_ADDRESS`` selects any other).
 
 1. validate the arguments, the dataset and the tracking URI (nothing is written before that);
@@ -8,60 +8,29 @@
 4. print and log a summary of the selected configurations.
 
 ``--resume`` restores interrupted Tune experiments with ``Tuner.restore``; trials already complete in
-MLflow are never rerun or relogged, so a resumed sweep ends with exactly one run per trial.
+MLflow are never rerun or relogged, so a resumed sweep ends with exactly one run per trial. Arguments
+are parsed in :mod:`raco_bench.sweeps.arguments`, privacy is calibrated in
+:mod:`raco_bench.sweeps.calibration`. Each phase's parent run ends FINISHED with the sweep spec as its
+params and the phase's counts as metrics.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
-from raco_bench.sweeps import tracking
+from raco_bench import tracking
+from raco_bench.sweeps.arguments import parse_args
+from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.plan import Selection, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.spec import SweepSpec
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME")
-
-
-def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
-    p.add_argument("--smoke", action="store_true", help="a small sweep that finishes in a few minutes on 2 CPU cores")
-    p.add_argument("--epsilons", type=float, nargs="+")
-    p.add_argument("--gammas", type=float, nargs="+")
-    p.add_argument("--methods", nargs="+")
-    p.add_argument("--n-configs", type=int, help="phase-1 configurations per (method, epsilon, gamma); 200 for a full run")
-    p.add_argument("--phase1-seeds", type=int)
-    p.add_argument("--phase2-seeds", type=int)
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--delta", type=float)
-    p.add_argument("--sample-seed", type=int)
-    p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
-    p.add_argument("--preprocessing", choices=["public", "paper"],
-                   help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
-    p.add_argument("--checkpoint", choices=["last", "private", "paper"],
-                   help="the reported model of every method: last (default, the private last iterate), private (noisy validation "
-                        "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
-    p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
-    p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
-    p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
-    p.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial")
-    p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
-    p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
-    args = p.parse_args(argv)
-    spec = base.smoke() if args.smoke else base
-    overrides = {
-        "epsilons": tuple(args.epsilons) if args.epsilons else None, "gammas": tuple(args.gammas) if args.gammas else None,
-        "methods": tuple(args.methods) if args.methods else None, "n_configs": args.n_configs, "phase1_seeds": args.phase1_seeds,
-        "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
-        "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
-    }
-    return replace(spec, **{k: v for k, v in overrides.items() if v is not None}), args
 
 
 def validate(spec: SweepSpec, tracking_uri: str | None):
@@ -70,78 +39,14 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
     from raco_bench.data import load_dataset
     from raco_bench.methods import get_method
 
-    for m in spec.methods:
-        get_method(m)
     if spec.constraint not in BUILDERS:
         raise ValueError(f"unknown constraint {spec.constraint!r}; choose one of: {', '.join(BUILDERS)}")
-    if "dp-fermi" in spec.methods and spec.constraint not in ("demographic-parity", "equalized-odds"):
-        raise ValueError(f"dp-fermi cannot run with {spec.constraint!r}; drop it with --methods")
+    for m in spec.methods:
+        reason = get_method(m).supports(spec.constraint)
+        if reason:
+            raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing)
     return ds, tracking.resolve_tracking_uri(tracking_uri)
-
-
-# ----------------------------------------------------------------------------------- calibration
-def _calibration_jobs(spec: SweepSpec, trials: list[dict], n_train: int) -> dict[str, tuple]:
-    """Distinct calibration problems keyed by their cache key: ("steps", mechanism, ε, δ, cap) or ("noise", q, T, ε, δ)."""
-    from baselines.dp_fermi import DPFermi
-    from raco_bench.methods import get_method
-    from raco_bench.privacy.calibration import CalibrationCache
-
-    jobs = {}
-    for t in trials:
-        if t["epsilon"] is None:
-            continue
-        method = get_method(t["method"])
-        h = method.hyperparameters(t["params"])
-        if isinstance(method, DPFermi):
-            t["steps"] = method.planned_steps(h, None, spec.max_steps)
-            plan = method.privacy_plan(h, n_train, t["steps"], spec.selection)
-            if plan is None or h.noise_multiplier is not None:
-                continue
-            job = ("noise", plan, t["epsilon"], spec.delta)
-            key = CalibrationCache.plan_key(*job[1:])
-        else:
-            job = ("steps", method.step_mechanism(h, n_train), t["epsilon"], spec.delta, spec.max_steps, spec.selection)
-            key = CalibrationCache.key(*job[1:])
-        t["_calibration"] = key
-        jobs[key] = job
-    return jobs
-
-
-def _solve(job: tuple) -> float:
-    from raco_bench.privacy.accounting import max_steps, plan_min_noise
-
-    return float(max_steps(*job[1:]) if job[0] == "steps" else plan_min_noise(*job[1:]))
-
-
-def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
-    """T (RaCO-DP, DP-SGD) or σ (DP-FERMI full) for every private trial: each distinct tuple is solved
-    once, in parallel Ray tasks, and kept in the calibration cache for later trials and sweeps.
-    Results go to ``trial["steps"]`` and ``trial["calibrated"]``, never into the searched ``params``."""
-    import ray
-
-    from raco_bench.privacy.calibration import CalibrationCache
-
-    cache = CalibrationCache()
-    jobs = _calibration_jobs(spec, trials, n_train)
-    missing = [k for k in jobs if cache.lookup(k) is None]
-    t0 = time.perf_counter()
-    if missing:
-        solve = ray.remote(num_cpus=1)(_solve)
-        for key, value in zip(missing, ray.get([solve.remote(jobs[k]) for k in missing])):
-            cache.put(key, value)
-    for t in trials:
-        key = t.pop("_calibration", None)
-        if key is None:
-            continue
-        value = cache.lookup(key)
-        if jobs[key][0] == "steps":
-            t["steps"] = int(value)
-            if t["steps"] == 0:
-                t["skip"] = "the privacy budget does not allow a single step with this configuration"
-        else:
-            t["calibrated"] = {"noise_multiplier": value}  # per-block σ of the method's GaussianPlan (re-checked by the trial)
-    return {"distinct": len(jobs), "computed": len(missing), "seconds": time.perf_counter() - t0}
 
 
 # ------------------------------------------------------------------------------------------ Tune
@@ -228,6 +133,13 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
     return "\n".join(lines), rows
 
 
+def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metrics: dict[str, float]) -> None:
+    """End a phase's parent run FINISHED, with the sweep spec as params and the phase's counts as metrics."""
+    parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
+    params = {f"sweep.{k}": (",".join(map(str, v)) if isinstance(v, tuple) else v) for k, v in asdict(spec).items()}
+    tracking.finish_run(uri, parent, metrics, params)
+
+
 def run_sweep(spec: SweepSpec, args) -> dict:
     import ray
 
@@ -247,6 +159,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     run_phase(spec, 1, trials1, args, uri, experiment_id, storage)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1)
+    finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials1), "completed": len(results1),
+                                                "selected": sum(s.config_id is not None for s in selections)})
 
     trials2 = phase2_trials(spec, selections)
     calibrate(spec, trials2, len(ds.train))
@@ -261,6 +175,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json"))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, text, "summary.txt"))
+    finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
+                                                "trials_per_minute": 60 * n_trials / elapsed})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 

@@ -6,14 +6,11 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 
-DEFAULT_METHODS = ("raco-dp", "dp-fermi", "sgda")
-PRIVATE_METHODS = ("raco-dp", "dp-fermi", "dp-sgd")
-GAMMA_FREE_METHODS = ("dp-fermi", "dp-sgd", "sgd")  # trained without the slack γ; γ enters only at selection
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The paper's two-phase protocol (raco_dp_spec.md §5.2): phase 1 tries ``n_configs`` random
+    """The paper's two-phase protocol (docs/methods/raco-dp.md, D13): phase 1 tries ``n_configs`` random
     configurations per (method, ε, γ) with ``phase1_seeds`` seeds each and picks the best validation
     accuracy among those meeting γ on validation; phase 2 trains ``phase2_seeds`` fresh seeds of it."""
 
@@ -21,7 +18,7 @@ class SweepSpec:
     constraint: str = "demographic-parity"
     epsilons: tuple[float, ...] = (0.5, 1.0, 3.0, 9.0)
     gammas: tuple[float, ...] = (0.02, 0.05, 0.1)
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = ()  # empty: every method marked for default sweeps that supports the constraint
     n_configs: int = 200
     phase1_seeds: int = 5
     phase2_seeds: int = 20
@@ -44,6 +41,11 @@ class SweepSpec:
     def __post_init__(self) -> None:
         if not self.experiment:
             object.__setattr__(self, "experiment", f"{self.dataset}-{self.constraint}")
+        if not self.methods:
+            from raco_bench.methods import default_methods
+
+            object.__setattr__(self, "methods", default_methods(self.constraint))
+        object.__setattr__(self, "methods", tuple(self.methods))
         if not self.epsilons or any(e <= 0 for e in self.epsilons):
             raise ValueError(f"epsilons must be positive numbers, got {self.epsilons}")
         if not self.gammas:

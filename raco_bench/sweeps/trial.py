@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from raco_bench.sweeps import tracking
+from raco_bench import tracking
+from raco_bench.methods import get_method
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "satisfied")
 
@@ -28,6 +29,22 @@ def _dataset(name: str, split_seed: int, preprocessing: str):
     from raco_bench.data import load_dataset
 
     return load_dataset(name, seed=split_seed, preprocessing=preprocessing)
+
+
+NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
+PRIVACY_RUN_FIELDS = ("epsilon", "delta")
+SELECTION_RUN_FIELDS = ("selection_noise", "selection_checkpoints")
+
+
+def run_params(config: dict, private: bool) -> dict:
+    """The run's settings as MLflow params; a non-private run logs no privacy budget, and selection
+    settings appear only when the checkpoint rule uses them."""
+    out = {}
+    for k, v in config.items():
+        if k == "params" or (not private and k in PRIVACY_RUN_FIELDS) or (config.get("checkpoint") != "private" and k in SELECTION_RUN_FIELDS):
+            continue
+        out[f"run.{k}"] = v
+    return out
 
 
 def _flat(prefix: str, block: dict) -> dict[str, float]:
@@ -91,11 +108,19 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
     history = [(f"eval/{split}_{k}", float(entry[split][k]), entry["step"]) for entry in result.history for split in ("train", "val", "test")
                for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
-    history += [(f"eval/{k}", float(entry[k]), entry["step"]) for entry in result.history for k in ("lambda_max", "noisy_constraint_max", "w_norm") if k in entry]
-    params = {**{f"run.{k}": v for k, v in result.config.items() if k != "params"}, **result.hyperparameters}
+    history += [(f"eval/{k}", float(v), entry["step"]) for entry in result.history for k, v in entry.items()
+                if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]  # whatever the method's report() returns
+    params = {**run_params(result.config, p["private"]), **result.hyperparameters}
+    for k, v in trial.get("calibrated", {}).items():  # calibrated, not searched: logged as such
+        params.pop(k, None)
+        params[f"calibrated.{k}"] = v
+    if trial.get("steps") is not None:
+        params.pop("run.steps", None)
+        params["calibrated.steps"] = trial["steps"]
     params.update({f"privacy.{k}": v for k, v in p.items() if k != "outside_budget" and (not isinstance(v, float) or math.isfinite(v))})
     tags.update(checkpoint=cfg.checkpoint, checkpoint_note=reported["rule_note"], privacy_notion=str(p.get("notion")),
-                preprocessing=cfg.preprocessing, outside_budget=" | ".join(p["outside_budget"]) or "none")
+                preprocessing=cfg.preprocessing, outside_budget=" | ".join(p["outside_budget"]) or "none",
+                method_style=",".join(get_method(cfg.method).style))
     with tempfile.TemporaryDirectory() as tmp:
         weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
         np.savez(weights, **result.reported_params)

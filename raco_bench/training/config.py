@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from raco_bench.methods.base import parse_value
+from raco_bench.settings import parse_value
 
 
 CHECKPOINT_RULES = {

@@ -2,7 +2,7 @@
 
 These numbers are computed from the exact data, not from a private release: they are for
 evaluation and reporting only, and the checkpoint rule that uses them is labelled as not
-privacy-accounted (spec Q17).
+privacy-accounted (docs/privacy.md, "Checkpoint rules").
 
 Metrics: accuracy and error; each constraint's exact hard value Γ_j (hard argmax rates, eq. 6),
 its max and the max violation max(0, max_j Γ_j − γ_j), whether every constraint holds; the soft

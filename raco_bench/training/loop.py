@@ -19,7 +19,6 @@ model a user gets); ``last`` and ``final_params`` are the last iterate, kept bes
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,7 +28,8 @@ import torch
 
 from raco_bench.constraints import build_constraint
 from raco_bench.data import TabularDataset, load_dataset
-from raco_bench.methods import Context, Method, get_method
+from raco_bench.methods import get_method
+from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
 from raco_bench.training.evaluation import EvalSplit, evaluate
@@ -158,7 +158,7 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
     return RunResult(
         config=cfg.to_dict(),
-        hyperparameters=dataclasses.asdict(ctx.hyper),
+        hyperparameters=method.applicable(ctx.hyper),
         dataset={"name": ds.name, "n_train": ctx.n_train, "n_val": len(ds.val), "n_test": len(ds.test), "n_features": ds.n_features,
                  "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note},
         privacy=ctx.privacy,

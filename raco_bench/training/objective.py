@@ -5,7 +5,7 @@ r_x = Σ_j λ_j Σ_{I∋x} Σ_k w_j[I,k] σ_τ(h(x))_k / n̂_I. Multiplying by B
 
     u_x = CE(τ·z_x, y_x) + Σ_k c_x[k] σ_τ(z_x)_k,      c_x = B · coef[part(x)]
 
-at C, sums, adds N(0, σ²C²) and divides by B, which is the same thing (spec §2.1, line 5 notes).
+at C, sums, adds N(0, σ²C²) and divides by B, which is the same thing (docs/methods/raco-dp.md, "One step", 5).
 Its gradient with respect to the logits z is
 
     ∂u/∂z = τ·[(p − e_y) + p ⊙ (c − ⟨c, p⟩)],     p = softmax(τ·z).
@@ -17,7 +17,7 @@ import torch
 
 
 def tempered_softmax(logits: torch.Tensor, tau: float) -> torch.Tensor:
-    """σ_τ(z) = softmax(τ·z): τ multiplies the logits (an inverse temperature, spec Q7)."""
+    """σ_τ(z) = softmax(τ·z): τ multiplies the logits (an inverse temperature, docs/methods/raco-dp.md, D7)."""
     return torch.softmax(tau * logits, dim=-1)
 
 

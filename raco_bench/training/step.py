@@ -7,7 +7,7 @@ returns the new state, so many configurations can later be batched. The same fun
 * non-private SGDA: exact histogram, no clipping, no noise;
 * DP-SGD and SGD: no constraints (``rates=None``).
 
-Line numbers refer to Algorithm 1 in raco_dp_spec.md §2.1.
+Line numbers refer to Algorithm 1 as listed in docs/methods/raco-dp.md ("One step").
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
-from raco_bench.models import LogisticRegression, Params
+from raco_bench.models import Batch, Params
 from raco_bench.privacy import noise
 from raco_bench.privacy.sampling import poisson_batch
-from raco_bench.training.objective import lagrangian_residual, lagrangian_value, tempered_softmax
+from raco_bench.training.objective import tempered_softmax
 
 
 @dataclass
@@ -119,7 +119,7 @@ def _histogram(state: TrainState, data: TrainData, model, s: StepSettings, rows:
         hidx = poisson_batch(data.n, s.histogram_sampling_rate or s.sampling_rate, state.generator, data.X.device)
         rows = data.table[hidx]
         probs = tempered_softmax(model.logits(state.params, data.X[hidx]), s.temperature)
-    if s.dual_update == "hard":  # the one-hot argmax histogram is the only one released (spec Q8)
+    if s.dual_update == "hard":  # the one-hot argmax histogram is the only one released (docs/methods/raco-dp.md, D8)
         probs = torch.nn.functional.one_hot(probs.argmax(1), probs.shape[1]).to(probs.dtype)
     return data.parts_onehot(rows).T @ probs
 
@@ -152,13 +152,8 @@ def sgda_step(
         coef = data.parts_onehot(rows) @ coef_parts
 
     # lines 5–6: per-sample gradients, clipped to C, summed, noised; line 7 divides by B
-    if isinstance(model, LogisticRegression):
-        residual = lagrangian_residual(probs, data.labels_onehot(rows), coef, s.temperature)
-        grads = model.clipped_grad_sum(state.params, Xb, residual, s.clip_norm, data.sq_norms(rows))
-    else:
-        c = coef if coef is not None else probs.new_zeros(probs.shape)
-        objective = lambda zz, yi, ci: lagrangian_value(zz, yi, ci, s.temperature)  # noqa: E731
-        grads = model.clipped_grad_sum_of(state.params, Xb, objective, data.y[idx], c, s.clip_norm)
+    batch = Batch(Xb, data.y[idx], data.labels_onehot(rows), data.sq_norms(rows))
+    grads = model.lagrangian_grad_sum(state.params, batch, probs, coef, s.temperature, s.clip_norm)
     params, offset = {}, 0
     for name, p in state.params.items():
         gsum = grads[name]

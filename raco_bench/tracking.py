@@ -1,4 +1,6 @@
-"""MLflow tracking for sweeps: one experiment per sweep script, a parent run per phase, a child run per trial.
+"""MLflow tracking, the one module that sweeps, reports and benchmarks talk to MLflow through: the
+client, retries on SQLite locks, paged searches, tags, and the run layout of a sweep (one experiment
+per sweep script, a parent run per phase, a child run per trial).
 
 * The default tracking URI is a SQLite file in the working directory (MLflow 3 refuses the file
   store); on a cluster, an MLflow server on the head node (``MLFLOW_TRACKING_URI``). ``file:`` URIs
@@ -69,6 +71,34 @@ def get_or_create_experiment(uri: str, name: str) -> str:
     return retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
 
 
+def search_all(uri: str, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
+               limit: int | None = None) -> list:
+    """Every run matching ``filter_string``, following MLflow's pages (1,000 runs each)."""
+    c = client(uri)
+    runs, token = [], None
+    while True:
+        page = retry(lambda: c.search_runs(experiment_ids, filter_string=filter_string, order_by=order_by,
+                                           max_results=min(1000, limit or 1000), page_token=token))
+        runs.extend(page)
+        token = page.token
+        if not token or (limit is not None and len(runs) >= limit):
+            return runs[:limit] if limit is not None else runs
+
+
+def finish_run(uri: str, run_id: str, metrics: dict[str, float] | None = None, params: dict[str, Any] | None = None) -> None:
+    """Log summary ``metrics`` and ``params`` (params a run already holds are kept) and mark the run FINISHED."""
+    from mlflow.entities import Metric, Param
+
+    c = client(uri)
+    now = int(time.time() * 1000)
+    existing = retry(lambda: c.get_run(run_id)).data.params
+    ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items() if k not in existing]
+    ms = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()]
+    for i in range(0, max(len(ps), len(ms)), 100):
+        retry(lambda i=i: c.log_batch(run_id, params=ps[i:i + 100], metrics=ms[i:i + 100]))
+    retry(lambda: c.set_terminated(run_id, "FINISHED"))
+
+
 def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
     c = client(uri)
     query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
@@ -127,12 +157,5 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
 
 
 def completed_trials(uri: str, experiment_id: str, sweep_id: str, phase: int) -> list:
-    c = client(uri)
     query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}' and tags.`{KIND}` = 'trial' and tags.`{COMPLETE}` = '1'"
-    runs, token = [], None
-    while True:
-        page = retry(lambda: c.search_runs([experiment_id], filter_string=query, max_results=1000, page_token=token))
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return search_all(uri, [experiment_id], query)

@@ -1,0 +1,43 @@
+"""Command-line arguments of the sweep scripts (``sweeps/*.py``): a base :class:`SweepSpec` plus overrides."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from raco_bench.sweeps.spec import SweepSpec
+
+
+def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
+    p.add_argument("--smoke", action="store_true", help="a small sweep that finishes in a few minutes on 2 CPU cores")
+    p.add_argument("--epsilons", type=float, nargs="+")
+    p.add_argument("--gammas", type=float, nargs="+")
+    p.add_argument("--methods", nargs="+")
+    p.add_argument("--n-configs", type=int, help="phase-1 configurations per (method, epsilon, gamma); 200 for a full run")
+    p.add_argument("--phase1-seeds", type=int)
+    p.add_argument("--phase2-seeds", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--delta", type=float)
+    p.add_argument("--sample-seed", type=int)
+    p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
+    p.add_argument("--preprocessing", choices=["public", "paper"],
+                   help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
+    p.add_argument("--checkpoint", choices=["last", "private", "paper"],
+                   help="the reported model of every method: last (default, the private last iterate), private (noisy validation "
+                        "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
+    p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
+    p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
+    p.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial")
+    p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
+    p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
+    args = p.parse_args(argv)
+    spec = base.smoke() if args.smoke else base
+    overrides = {
+        "epsilons": tuple(args.epsilons) if args.epsilons else None, "gammas": tuple(args.gammas) if args.gammas else None,
+        "methods": tuple(args.methods) if args.methods else None, "n_configs": args.n_configs, "phase1_seeds": args.phase1_seeds,
+        "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
+        "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
+    }
+    return replace(spec, **{k: v for k, v in overrides.items() if v is not None}), args

@@ -1,0 +1,58 @@
+"""Privacy calibration of a sweep's trials, before any trial runs.
+
+Every private configuration has a calibration problem that its method plugin builds
+(:meth:`~raco_bench.methods.base.Method.calibration`: T for RaCO-DP and DP-SGD, σ for DP-FERMI, …).
+Each distinct problem is solved once, in parallel Ray tasks, and kept in the calibration cache; the
+method's :meth:`~raco_bench.methods.base.Method.calibrated` says what the value fixes in the trial
+(``steps``, calibrated ``params``, or a ``skip`` reason). Calibrated values are stored apart from the
+searched ``params`` (in ``trial["calibrated"]``), so MLflow shows them as calibrated, and the trial
+re-checks them against the budget before training.
+"""
+
+from __future__ import annotations
+
+import time
+
+from raco_bench.methods import get_method
+from raco_bench.methods.base import Budget
+from raco_bench.sweeps.spec import SweepSpec
+
+
+def _solve(problem) -> float:
+    return float(problem.solve())
+
+
+def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
+    """Solve every private trial's calibration; results go into the trials (see the module docstring)."""
+    import ray
+
+    from raco_bench.privacy.calibration import CalibrationCache, solve_cached
+
+    cache = CalibrationCache()
+    problems, owners = {}, []
+    for t in trials:
+        if t["epsilon"] is None:
+            continue
+        method = get_method(t["method"])
+        problem = method.calibration(method.hyperparameters(t["params"]), n_train,
+                                     Budget(t["epsilon"], spec.delta, spec.max_steps, None, spec.selection))
+        if problem is None:
+            continue
+        problems[problem.key()] = problem
+        owners.append((t, method, problem))
+    missing = [k for k in problems if cache.lookup(k) is None]
+    t0 = time.perf_counter()
+    if missing:
+        solve = ray.remote(num_cpus=1)(_solve)
+        for key, value in zip(missing, ray.get([solve.remote(problems[k]) for k in missing])):
+            cache.put(key, value)
+    values = {key: solve_cached(cache, problem) for key, problem in problems.items()}  # each re-verified against its budget once
+    for t, method, problem in owners:
+        fixed = method.calibrated(problem, values[problem.key()])
+        if "skip" in fixed:
+            t["skip"] = fixed["skip"]
+        if "steps" in fixed:
+            t["steps"] = fixed["steps"]
+        if fixed.get("params"):
+            t["calibrated"] = dict(fixed["params"])
+    return {"distinct": len(problems), "computed": len(missing), "seconds": time.perf_counter() - t0}
