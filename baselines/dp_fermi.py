@@ -49,11 +49,11 @@ import torch
 from baselines.ermi import linear_coefficients, project_frobenius, w_gradient_sum
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.raco_dp import check_batch, selection_note, train_tensors
+from raco_bench.methods.space import ZeroOr
 from raco_bench.models import Batch, build_model
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.calibration import NoiseProblem, solve_cached
 from raco_bench.privacy.sampling import poisson_batch
-from raco_bench.methods.space import ZeroOr
 from raco_bench.training.step import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")

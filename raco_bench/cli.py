@@ -78,9 +78,11 @@ def _summary(result) -> str:
         "hyperparameters: " + ", ".join(f"{k}={v}" for k, v in result.hyperparameters.items()),
     ]
     if p["private"]:
-        lines.append(f"privacy: epsilon spent {_fmt(p['epsilon_spent'])} at delta {p['delta']:g} (target {p['target_epsilon']}; {p['notion']}; {p['accounting']})")
+        lines.append(f"privacy: epsilon spent {_fmt(p['epsilon_spent'])} at delta {p['delta']:g} "
+                     f"(target {p['target_epsilon']}; {p['notion']}; {p['accounting']})")
         if p.get("epsilon_separate_composition_reference") is not None:
-            lines.append(f"         [reference only] separate-composition epsilon {_fmt(p['epsilon_separate_composition_reference'])} (what the reference code would claim)")
+            lines.append(f"         [reference only] separate-composition epsilon {_fmt(p['epsilon_separate_composition_reference'])} "
+                         "(what the reference code would claim)")
     else:
         lines.append("privacy: none (non-private method, epsilon = inf)")
     lines.append(f"preprocessing: {p['preprocessing']}; reported checkpoint: {rep['rule']} ({rep['rule_note']})")
@@ -95,7 +97,8 @@ def _summary(result) -> str:
         t = block["test"]
         viol = f", max violation {t['max_violation']:.4f}, constraints satisfied {t['satisfied']}"
         step = f" (step {block['step']})" if "step" in block else ""
-        lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}" + (f", fnr {t['fnr']:.4f}" if "fnr" in t else "") + viol)
+        fnr = f", fnr {t['fnr']:.4f}" if "fnr" in t else ""
+        lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}{fnr}{viol}")
     return "\n".join(lines)
 
 
@@ -120,7 +123,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if out.parent and not out.parent.exists():
             raise ValueError(f"the directory of --json {out} does not exist; create it first")
     run = prepare_run(cfg)  # validates every hyperparameter and plans privacy before training
-    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), T = {run.ctx.steps}", file=sys.stderr)
+    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
+          f"T = {run.ctx.steps}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
     print(_summary(result))
     if args.json:

@@ -159,7 +159,8 @@ def check_sensitivity(step_mod, trials: int = 40) -> None:
         hx = data2.parts_onehot(data2.table[-1:]).T @ probs_x
         new1, rel1 = step_mod.sgda_step(st, data, model, s, rates, step_mod.StepDraws(batch, z, lap))
         st2 = state(step_mod, model, problem.n_constraints, 6.0, seed)
-        new2, rel2 = step_mod.sgda_step(st2, data2, model, s, rates, step_mod.StepDraws(torch.cat([batch, torch.tensor([data.n])]), z, lap - hx / s.laplace_scale))
+        draws2 = step_mod.StepDraws(torch.cat([batch, torch.tensor([data.n])]), z, lap - hx / s.laplace_scale)
+        new2, rel2 = step_mod.sgda_step(st2, data2, model, s, rates, draws2)
         torch.testing.assert_close(rel1.histogram, rel2.histogram, rtol=0, atol=1e-9)
         torch.testing.assert_close(rel1.constraint_estimates, rel2.constraint_estimates, rtol=0, atol=1e-9)
         torch.testing.assert_close(new1.lam, new2.lam, rtol=0, atol=1e-12)

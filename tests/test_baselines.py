@@ -5,14 +5,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import pytest
 import torch
 from scipy import stats
 
 from baselines.dp_fermi import theorem_3_3_noise
 from baselines.ermi import (
-    ermi, linear_coefficients, optimal_w, per_sample_w_gradients, project_frobenius, psi_mean, w_gradient_sum,
+    ermi,
+    linear_coefficients,
+    optimal_w,
+    per_sample_w_gradients,
+    project_frobenius,
+    psi_mean,
+    w_gradient_sum,
 )
 from raco_bench.privacy.accounting import gaussian_epsilon
 from raco_bench.training.config import RunConfig
@@ -161,8 +166,9 @@ def test_dp_fermi_sensitivities_and_epsilon_recomputed(adult, mode):
     the two released sums, scaled by their clip norms, stays within what the accountant assumes, on a
     trained (not initial) state; the reported ε equals an independent recomputation with dp-accounting's
     event API from those sensitivities."""
-    import dp_accounting
     from dataclasses import replace
+
+    import dp_accounting
 
     from baselines.dp_fermi import cell_counts
     from raco_bench.models import Batch

@@ -8,7 +8,13 @@ import torch
 from fairlearn.metrics import demographic_parity_difference, equalized_odds_difference
 
 from raco_bench.constraints import (
-    Partition, RateConstraint, RateProblem, custom, demographic_parity, equalized_odds, false_negative_rate,
+    Partition,
+    RateConstraint,
+    RateProblem,
+    custom,
+    demographic_parity,
+    equalized_odds,
+    false_negative_rate,
 )
 from raco_bench.training.evaluation import fairness_gaps
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from raco_bench.data.catalog import EXPECTED_PUBLIC_FEATURES
 from raco_bench.data import EXPECTED, ChecksumMismatchError, MissingDataError, load_dataset
+from raco_bench.data.catalog import EXPECTED_PUBLIC_FEATURES
 from raco_bench.data.tabular import TEST_FRACTION, VALIDATION_FRACTION, build_dataset, split_indices
 
 # Counts quoted from MANIFEST.md (over all rows of each table).

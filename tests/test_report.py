@@ -66,8 +66,8 @@ def adult_store(tmp_path_factory):
 
 @pytest.mark.slow
 def test_report_from_a_real_sweep(adult_store, tmp_path):
-    from raco_bench.report.build import build_report
     from raco_bench import tracking
+    from raco_bench.report.build import build_report
 
     uri = f"sqlite:///{adult_store / 'mlflow.db'}"
     refs = tmp_path / "published.csv"

@@ -23,7 +23,8 @@ _CLIPPED_SUM = "    grads = model.lagrangian_grad_sum(state.params, batch, probs
 # (name, [(old, new), ...]): every `old` must occur exactly once in step.py, so a refactor that moves the
 # code makes this test fail loudly instead of silently testing nothing.
 MUTATIONS = {
-    "regulariser gradient added outside the clip": [(_CLIPPED_SUM, """    grads = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, s.clip_norm)
+    "regulariser gradient added outside the clip": [(_CLIPPED_SUM, """\
+    grads = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, s.clip_norm)
     full = model.lagrangian_grad_sum(state.params, batch, probs, coef, s.temperature, None)
     loss = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, None)
     grads = {k: grads[k] + full[k] - loss[k] for k in grads}""")],

@@ -76,7 +76,8 @@ def custom(partition: Partition, constraints: Sequence[dict], name: str = "custo
         missing = {"subsets", "weights", "gamma"} - set(spec)
         if missing:
             raise ValueError(f"custom constraint #{j} lacks {sorted(missing)}; give subsets, weights and gamma")
-        cons.append(RateConstraint(tuple(tuple(s) for s in spec["subsets"]), np.asarray(spec["weights"], dtype=float), float(spec["gamma"]), spec.get("name", f"custom[{j}]")))
+        subsets = tuple(tuple(s) for s in spec["subsets"])
+        cons.append(RateConstraint(subsets, np.asarray(spec["weights"], dtype=float), float(spec["gamma"]), spec.get("name", f"custom[{j}]")))
     return RateProblem(partition, tuple(cons), name)
 
 

@@ -1,7 +1,12 @@
 """Sampling, noise and exact privacy accounting."""
 
 from raco_bench.privacy.accounting import (
-    HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, max_steps, separate_composition_epsilon, step_pld,
+    HISTOGRAM_BATCH_MODES,
+    StepMechanism,
+    epsilon,
+    max_steps,
+    separate_composition_epsilon,
+    step_pld,
 )
 from raco_bench.privacy.calibration import CalibrationCache
 

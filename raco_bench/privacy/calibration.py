@@ -17,14 +17,21 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-import warnings
-
 from raco_bench.privacy.accounting import (
-    DISCRETIZATION, GaussianPlan, SelectionRelease, StepMechanism, epsilon, gaussian_epsilon, max_steps, min_noise_multiplier, plan_epsilon,
+    DISCRETIZATION,
+    GaussianPlan,
+    SelectionRelease,
+    StepMechanism,
+    epsilon,
+    gaussian_epsilon,
+    max_steps,
+    min_noise_multiplier,
+    plan_epsilon,
     plan_min_noise,
 )
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raco_bench import tracking
 from raco_bench.report import figures
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
-from raco_bench import tracking
 
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
 
@@ -57,7 +57,8 @@ def _selections(uri: str, exp_id: str, df: pd.DataFrame) -> list[dict]:
     """The sweep's phase-1 winners (logged by the driver on the phase-2 parent run)."""
     c = tracking.client(uri)
     sweep_id = df["sweep_id"].iloc[0]
-    parents = tracking.search_all(uri, [exp_id], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'")
+    query = f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'"
+    parents = tracking.search_all(uri, [exp_id], query)
     for p in parents:
         try:
             local = c.download_artifacts(p.info.run_id, "selected_configurations.json")

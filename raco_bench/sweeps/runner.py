@@ -123,10 +123,12 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
                      "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc), "test_constraint_mean": mean(con),
                      "share_meeting_gamma": mean([1.0 if c <= sel.gamma else 0.0 for c in con]) if con else math.nan, "params": sel.params})
     lines = [f"Selected configurations ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}):",
-             f"{'method':9s} {'eps':>5s} {'gamma':>6s} {'config':>6s} {'feasible':>9s} {'test acc (mean ± sd)':>22s} {'test constraint':>15s} {'meets gamma':>11s}"]
+             f"{'method':9s} {'eps':>5s} {'gamma':>6s} {'config':>6s} {'feasible':>9s} {'test acc (mean ± sd)':>22s} "
+             f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         if r["config_id"] is None:
-            lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {'-':>6s} {r['feasible_configs']:>9s}   no configuration met gamma on validation")
+            lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {'-':>6s} {r['feasible_configs']:>9s}   "
+                         "no configuration met gamma on validation")
             continue
         lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {r['config_id']:>6d} {r['feasible_configs']:>9s} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
@@ -155,7 +157,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
 
     trials1 = phase1_trials(spec, len(ds.train))
     cal = calibrate(spec, trials1, len(ds.train))
-    print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, {cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
+    print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, "
+          f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
     run_phase(spec, 1, trials1, args, uri, experiment_id, storage)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1)

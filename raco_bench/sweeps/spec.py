@@ -7,10 +7,9 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 
-
 @dataclass(frozen=True)
 class SweepSpec:
-    """The paper's two-phase protocol (docs/methods/raco-dp.md, D13): phase 1 tries ``n_configs`` random
+    """The paper's two-phase protocol (docs/sweeps.md): phase 1 tries ``n_configs`` random
     configurations per (method, ε, γ) with ``phase1_seeds`` seeds each and picks the best validation
     accuracy among those meeting γ on validation; phase 2 trains ``phase2_seeds`` fresh seeds of it."""
 

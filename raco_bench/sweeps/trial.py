@@ -84,7 +84,8 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         return summary_from_run(done)
     tags = {"raco_bench.trial": json.dumps(trial, sort_keys=True), "device": device, "ray_node_id": _node_id()}
     if trial.get("skip"):
-        tracking.log_trial(tracking_uri, run_id, {"skip_reason": trial["skip"]}, {"val_max_constraint": math.inf}, [], {**tags, "skipped": trial["skip"]}, {}, {})
+        tracking.log_trial(tracking_uri, run_id, {"skip_reason": trial["skip"]}, {"val_max_constraint": math.inf}, [],
+                           {**tags, "skipped": trial["skip"]}, {}, {})
         return {"val_accuracy": math.nan, "val_max_constraint": math.inf, "skipped": 1.0}
 
     cfg = RunConfig(
@@ -127,7 +128,8 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         np.savez(weights_last, **result.final_params)
         tracking.log_trial(
             tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, history, tags,
-            {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters, "privacy": p}, indent=2, default=str)},
+            {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
+                                        "privacy": p}, indent=2, default=str)},
             {"weights.npz": weights, "weights_last.npz": weights_last},
         )
     return {k: metrics[k] for k in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent") if k in metrics}

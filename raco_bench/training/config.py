@@ -12,7 +12,6 @@ from typing import Any
 
 from raco_bench.settings import parse_value
 
-
 CHECKPOINT_RULES = {
     "last": "the last iterate (privately released; no data read outside the budget)",
     "paper": "the papers' rule: best validation accuracy among checkpoints whose exact train-set constraints hold "
