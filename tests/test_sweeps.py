@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import ray_nodes  # noqa: E402  (tests/ is on sys.path)
 import yaml
 
 from raco_bench import tracking
@@ -22,7 +22,6 @@ from raco_bench.sweeps import SweepSpec
 from raco_bench.sweeps.plan import phase1_trials, phase2_trials, select
 
 ROOT = Path(__file__).resolve().parents[1]
-RAY = str(Path(sys.executable).parent / "ray")
 
 
 # --------------------------------------------------------------------------------------- cluster.yaml
@@ -162,12 +161,6 @@ def test_paper_rules_are_labelled_outside_the_budget_on_the_run(tmp_path):
 SMOKE = ["--smoke", "--max-steps", "100"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _trial_rows(db: Path) -> list[tuple[str, str, str]]:
     """(trial_key, complete, node) of every trial run, read straight from the SQLite store."""
     if not db.exists():
@@ -189,30 +182,40 @@ def _trial_rows(db: Path) -> list[tuple[str, str, str]]:
 
 @pytest.fixture
 def loopback_cluster(tmp_path):
+    """A two-node loopback cluster (head + worker, 1 CPU each) with token authentication on every process,
+    as cluster.yaml sets it up (Ray 2.60). Only its own nodes are stopped afterwards."""
     import secrets
 
-    port = _free_port()
-    # token authentication on every process, as cluster.yaml sets it up (Ray 2.60)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *common], check=True, env=env, capture_output=True)
-    worker = subprocess.Popen([RAY, "start", f"--address=127.0.0.1:{port}", "--block", *common], env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    address = f"127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        out = subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).stdout
-        if "2.0 CPU" in out or "0.0/2.0 CPU" in out:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail("the two-node loopback cluster did not come up")
-    yield {"address": address, "worker": worker, "env": env}
+    # HOME is the test's own: in token mode Ray may write ~/.ray/auth_token, which would then
+    # require a token of every other Ray instance of the user
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "HOME": str(home)}
+    cluster = ray_nodes.start_cluster(env)
+    yield cluster
+    cluster.stop()
+    assert not (Path.home() / ".ray" / "auth_token").exists() or (Path.home() / ".ray" / "auth_token").stat().st_mtime < START
+
+
+START = time.time()
+
+
+def test_tests_stop_only_the_ray_they_started():
+    """A Ray instance that is not the tests' own (another user's sweep, say) survives a loopback cluster's
+    whole life cycle, and the cluster leaves no process behind."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    port = ray_nodes.free_port()
+    bystander = ray_nodes.start_node(env, "--head", f"--port={port}", "--include-dashboard=false", "--num-cpus=1")
     try:
-        os.killpg(worker.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    subprocess.run([RAY, "stop", "--force"], capture_output=True)
+        assert ray_nodes.wait_for_cpus(f"127.0.0.1:{port}", env, 1.0)
+        cluster = ray_nodes.start_cluster(env)
+        nodes = list(cluster.nodes)
+        cluster.stop()
+        assert all(not node.pids() and node.process.poll() is not None for node in nodes)
+        assert ray_nodes.alive(f"127.0.0.1:{port}", env) and bystander.pids()
+    finally:
+        bystander.stop()
+    assert not bystander.pids()
 
 
 def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
@@ -251,7 +254,7 @@ def _check_one_run_per_trial(cwd: Path) -> list[tuple[str, str, str]]:
 
 @pytest.mark.slow
 def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
-    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Selected configurations" in proc.stdout and "trials/minute" in proc.stdout
@@ -261,10 +264,10 @@ def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
 
 @pytest.mark.slow
 def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
-    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env, wait=False)
     _wait_for_completed_trials(tmp_path / "mlflow.db", 3)
-    os.killpg(loopback_cluster["worker"].pid, signal.SIGKILL)  # the worker node dies mid-sweep
+    loopback_cluster.worker.kill()  # the worker node dies mid-sweep
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
     _check_one_run_per_trial(tmp_path)
@@ -272,7 +275,7 @@ def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
 
 @pytest.mark.slow
 def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster):
-    env = {**loopback_cluster["env"], "RAY_ADDRESS": loopback_cluster["address"]}
+    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env, wait=False)
     _wait_for_completed_trials(tmp_path / "mlflow.db", 4)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies mid-sweep

@@ -1,0 +1,131 @@
+"""Loopback Ray nodes that tests start and stop themselves, without touching any other Ray on the machine.
+
+Each node runs ``ray start --block`` in its own session (process group) with its own ``--temp-dir``.
+Stopping a node kills that process group, then any process whose command line names the node's
+temporary directory (Ray's daemons carry their session directory in their arguments). Nothing is
+stopped by name and ``ray stop`` is never called: it would stop every Ray instance of the user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RayNode:
+    process: subprocess.Popen
+    temp_dir: str
+
+    def pids(self) -> list[int]:
+        """Processes of this node: those whose command line names its temporary directory."""
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if self.temp_dir in cmdline:
+                out.append(int(entry.name))
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL the whole node at once (a node dying mid-sweep); ``stop`` still cleans up afterwards."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                pass
+            for pid in self.pids():
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.time() + (timeout if sig == signal.SIGTERM else 5.0)
+            while time.time() < deadline and (self.process.poll() is None or self.pids()):
+                time.sleep(0.2)
+            if self.process.poll() is not None and not self.pids():
+                break
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@dataclass
+class LoopbackCluster:
+    address: str
+    env: dict
+    nodes: list[RayNode] = field(default_factory=list)
+
+    @property
+    def worker(self) -> RayNode:
+        return self.nodes[-1]
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            node.stop()
+
+
+def start_node(env: dict, *args: str) -> RayNode:
+    # a short directory: Ray's unix sockets live under it and must fit in 107 characters
+    temp_dir = tempfile.mkdtemp(prefix="rb-ray-", dir="/tmp")
+    cmd = [RAY, "start", "--block", f"--temp-dir={temp_dir}", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return RayNode(proc, temp_dir)
+
+
+def wait_for_cpus(address: str, env: dict, cpus: float, timeout: float = 90.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).stdout
+        if f"/{cpus:.1f} CPU" in out:
+            return True
+        time.sleep(1)
+    return False
+
+
+def alive(address: str, env: dict) -> bool:
+    return subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).returncode == 0
+
+
+def start_cluster(env: dict, workers: int = 1, cpus: int = 1, worker_resources: str | None = None) -> LoopbackCluster:
+    """A head and ``workers`` worker nodes on loopback, each with ``cpus`` CPUs (``worker_resources``: a JSON
+    resources string for the workers, e.g. a fake GPU)."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    cluster = LoopbackCluster(address, env)
+    cluster.nodes.append(start_node(env, "--head", f"--port={port}", "--include-dashboard=false", f"--num-cpus={cpus}"))
+    extra = [f"--resources={worker_resources}"] if worker_resources else []
+    for _ in range(workers):
+        cluster.nodes.append(start_node(env, f"--address={address}", f"--num-cpus={cpus}", *extra))
+    if not wait_for_cpus(address, env, float(cpus * (workers + 1))):
+        cluster.stop()
+        raise RuntimeError("the loopback Ray cluster did not come up")
+    return cluster
