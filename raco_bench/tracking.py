@@ -37,6 +37,14 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri
 
 
+def require_existing_store(uri: str) -> None:
+    """Readers (reports) never create a store: a SQLite URI must name an existing file."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        if not path.is_file():
+            raise ValueError(f"no MLflow store at {path}: run a sweep there first, or pass --tracking-uri to the store that holds it")
+
+
 def client(uri: str):
     from mlflow.tracking import MlflowClient
 

@@ -20,8 +20,10 @@ from raco_bench.constraints import demographic_parity
 from raco_bench.models import LogisticRegression
 from raco_bench.training.objective import lagrangian_value, tempered_softmax
 
-# Tolerances: each statistic below is estimated from >= 120,000 draws, so its standard error is
-# <= 0.25 %; a 1 % tolerance is 4 standard errors (a false alarm about once in 16,000 runs).
+# Tolerances: the Gaussian check estimates a standard deviation from 134,200 draws (standard error
+# 1/sqrt(2N) = 0.19 %), the Laplace check a mean absolute value from 200,000 cells (|Lap| is
+# exponential: standard error 1/sqrt(N) = 0.22 %). A 1 % tolerance is 4.5 to 5 standard errors; the
+# seeds are fixed, so the checks are deterministic for a given torch random stream.
 REL_TOL = 0.01
 
 
@@ -113,7 +115,7 @@ def _rank1_clipped_sum(model, params, data, idx, coef_rows, s) -> torch.Tensor:
     return torch.cat([(r.T @ X).reshape(-1), r.sum(0)])
 
 
-def check_laplace_noise(step_mod, steps: int = 3200) -> None:
+def check_laplace_noise(step_mod, steps: int = 5000) -> None:
     """At q < 1 and λ ≠ 0: Ĥ − H(batch) is Laplace(0, s_L): E|noise| = s_L within 1 %, mean 0."""
     data, rates, problem = toy_problem(n=300, d=5, groups=20, seed=1)
     model = LogisticRegression(data.X.shape[1], 2)

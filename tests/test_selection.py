@@ -87,3 +87,21 @@ def test_private_checkpoint_rule_in_a_run(adult):
         entry = next(h for h in result.history if h["step"] == best["step"])
         assert result.reported["test"] == entry["test"]
     assert set(result.reported_params) == {"weight", "bias"} and np.all(np.isfinite(result.reported_params["weight"]))
+
+
+def test_selection_under_replace_adjacency_counts_two_releases_per_checkpoint():
+    """Flipping a record's group moves one validation count between two cells (L1 shift 2): under the
+    replace relation each selection checkpoint costs two unit Laplace releases."""
+    from raco_bench.privacy.accounting import GaussianPlan, plan_epsilon, selection_pld
+
+    sel = SelectionRelease(50.0, 5)
+    base = dict(sampling_rate=0.03, steps=300, blocks=2, count_noise=50.0)
+    add_remove = GaussianPlan(**base, relation="add-remove")
+    replace = GaussianPlan(**base, relation="replace", count_sensitivity=math.sqrt(2))
+    for plan, releases in ((add_remove, 5), (replace, 10)):
+        without = GaussianPlan(**{**plan.__dict__, "selection": None})
+        from raco_bench.privacy.accounting import plan_pld
+
+        expected = plan_pld(without, 3.0).compose(selection_pld(SelectionRelease(50.0, releases))).get_epsilon_for_delta(1e-5)
+        with_sel = GaussianPlan(**{**plan.__dict__, "selection": sel})
+        assert plan_epsilon(with_sel, 3.0, 1e-5) == pytest.approx(expected, rel=1e-9)

@@ -85,6 +85,22 @@ def test_selection_and_phase2():
     assert not {t["seed"] for t in trials2} & {t["seed"] for t in trials}
 
 
+@pytest.mark.parametrize("bad", [dict(gammas=(-1.0,)), dict(gammas=(float("nan"),)), dict(epsilons=(float("inf"),)), dict(epsilons=(0.0,))])
+def test_bad_grids_are_refused_before_anything_runs(bad):
+    with pytest.raises(ValueError, match="gammas|epsilons"):
+        SweepSpec(dataset="adult", **bad)
+
+
+def test_a_report_never_creates_a_store(tmp_path, monkeypatch):
+    from raco_bench.report.build import build_report
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ValueError, match="no MLflow store"):
+        build_report("anything", None, tmp_path / "out")
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
 def test_file_store_is_refused():
     for uri in ("file:///tmp/mlruns", "./mlruns"):
         with pytest.raises(ValueError, match="file store"):
@@ -125,7 +141,8 @@ def test_trial_logging_is_idempotent(tmp_path):
     arts = {a.path for a in tracking.client(uri).list_artifacts(run_id)}
     assert {"config.json", "weights.npz", "weights_last.npz"} <= arts
     tags = raco_run.data.tags
-    assert tags["checkpoint"] == "last" and tags["preprocessing"] == "public" and tags["outside_budget"] == "none"
+    assert tags["checkpoint"] == "last" and tags["preprocessing"] == "public"
+    assert tags["outside_budget"].startswith("task definition: the label threshold")  # Parkinsons' median label, labelled
     # the default checkpoint rule is the last iterate: the saved model is it, and its step is T
     assert raco_run.data.metrics["reported_step"] == T
 
@@ -286,3 +303,29 @@ def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout
     _check_one_run_per_trial(tmp_path)
+
+
+@pytest.mark.slow
+def test_gpu_requests_come_from_the_configuration_and_wait_for_gpu_nodes(tmp_path):
+    """A cluster with no GPU when the sweep starts (min_workers: 0): trials still ask for the configured GPU
+    share, wait, and run on the GPU node once it joins (a fake GPU: `ray start --num-gpus=1` on loopback;
+    torch sees no CUDA, so the trial falls back to the CPU and records the GPU Ray assigned it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home), "RACO_BENCH_GPUS_PER_TRIAL": "0.5"}
+    cluster = ray_nodes.start_cluster(env, workers=0, cpus=1)
+    try:
+        proc = _sweep(tmp_path, {**env, "RAY_ADDRESS": cluster.address}, wait=False)
+        time.sleep(20)
+        assert proc.poll() is None and not any(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db"))  # nothing ran: no GPU yet
+        gpu_node = ray_nodes.start_node(env, f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
+        cluster.nodes.append(gpu_node)
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, out[-4000:]
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        exp = tracking.client(uri).get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
+        runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+        assert runs and all(r.data.tags["ray_gpu_ids"] != "none" and r.data.tags["device"] == "cpu" for r in runs)
+        assert len(out.splitlines()) < 60, out  # the compact console
+    finally:
+        cluster.stop()

@@ -73,6 +73,8 @@ def test_checkpoint_rules_and_outside_budget_labels(adult):
         (["--set", "noise_multiplier=-1"], "noise_multiplier"),
         (["--set", "batch_size=100000"], "q = batch_size / n_train"),
         (["--epsilon", "0"], "epsilon"),
+        (["--epsilon", "inf"], "infinite budget is no privacy"),
+        (["--gamma", "-1"], "gamma=-1.0"),
         (["--dataset", "mnist"], "unknown dataset"),
         (["--method", "magic"], "unknown method"),
         (["--constraint", "parity"], "unknown constraint"),

@@ -64,11 +64,12 @@ class TabularDataset:
     split_seed: int
     note: str = ""
     preprocessing: str = "public"
+    task_outside_budget: tuple[str, ...] = ()  # statistics of the rows in the task definition itself (e.g. a label threshold)
 
     @property
     def outside_budget(self) -> tuple[str, ...]:
-        """What the encoding read from the private rows outside any privacy budget (empty: nothing)."""
-        return (PAPER_PREPROCESSING_NOTE,) if self.preprocessing == "paper" else ()
+        """What building this dataset read from the private rows outside any privacy budget (empty: nothing)."""
+        return self.task_outside_budget + ((PAPER_PREPROCESSING_NOTE,) if self.preprocessing == "paper" else ())
 
     @property
     def n_features(self) -> int:
@@ -141,6 +142,7 @@ class RawTable:
     numeric: tuple[str, ...]
     schema: PublicSchema | None = None
     note: str = ""
+    task_outside_budget: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label", np.asarray(self.label, dtype=np.int64))
@@ -195,7 +197,7 @@ class RawTable:
         return TabularDataset(
             name=self.name, train=take("train"), val=take("val"), test=take("test"), feature_names=names,
             class_names=self.class_names, group_names=self.group_names, sensitive_attribute=self.sensitive_attribute,
-            split_seed=seed, note=self.note, preprocessing=preprocessing,
+            split_seed=seed, note=self.note, preprocessing=preprocessing, task_outside_budget=self.task_outside_budget,
         )
 
     def with_row(self, features: dict, label: int, group: int) -> "RawTable":

@@ -31,8 +31,9 @@ HISTOGRAM_BATCH_MODES = ("shared", "independent")
 @dataclass(frozen=True)
 class SelectionRelease:
     """Private checkpoint selection: ``count`` Laplace releases, each of a validation count vector with
-    L1 sensitivity 1 (one record is in one cell) and noise scale ``laplace_scale``, composed with the
-    training releases (docs/privacy.md, "Checkpoint rules")."""
+    L1 sensitivity 1 under add/remove (one record is in one cell; 2 under replace, see
+    :func:`selection_for`) and noise scale ``laplace_scale``, composed with the training releases
+    (docs/privacy.md, "Checkpoint rules")."""
 
     laplace_scale: float
     count: int
@@ -265,13 +266,21 @@ def plan_pld(plan: GaussianPlan, noise_multiplier: float) -> PrivacyLossDistribu
     )
     pld = step.self_compose(plan.steps)
     if plan.count_noise is not None:
-        # one unsubsampled Gaussian release: its PLD is symmetric, the same for every relation
+        # one unsubsampled Gaussian release, built with its true L2 shift (count_sensitivity) between neighbours;
+        # without subsampling the PLD is symmetric, so it composes with the plan's relation as it is
         counts = pld_lib.from_gaussian_mechanism(plan.count_noise, sensitivity=plan.count_sensitivity,
                                                  value_discretization_interval=DISCRETIZATION)
         pld = pld.compose(counts)
     if plan.selection is not None:
-        pld = pld.compose(selection_pld(plan.selection))
+        pld = pld.compose(selection_pld(selection_for(plan.selection, plan.relation)))
     return pld
+
+
+def selection_for(selection: SelectionRelease, relation: str) -> SelectionRelease:
+    """The selection's releases as unit-sensitivity Laplace mechanisms under ``relation``: replacing a record
+    (or flipping its group) moves one validation count from one cell to another, an L1 shift of 2 across
+    two cells with independent noise, i.e. two unit releases; add/remove moves one cell by 1."""
+    return SelectionRelease(selection.laplace_scale, 2 * selection.count) if relation == "replace" else selection
 
 
 def plan_epsilon(plan: GaussianPlan, noise_multiplier: float, delta: float) -> float:

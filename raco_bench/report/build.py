@@ -90,6 +90,7 @@ def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
 def build_report(experiment: str, tracking_uri: str | None, out: Path, references: Path | None = None,
                  walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
+    tracking.require_existing_store(uri)
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     refs = load_references(references, set(df["dataset"]))
     out.mkdir(parents=True, exist_ok=True)

@@ -10,16 +10,19 @@ from raco_bench.sweeps.spec import SweepSpec
 
 def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argparse.Namespace]:
     p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
-    p.add_argument("--smoke", action="store_true", help="a small sweep that finishes in a few minutes on 2 CPU cores")
-    p.add_argument("--epsilons", type=float, nargs="+")
-    p.add_argument("--gammas", type=float, nargs="+")
-    p.add_argument("--methods", nargs="+")
-    p.add_argument("--n-configs", type=int, help="phase-1 configurations per (method, epsilon, gamma); 200 for a full run")
-    p.add_argument("--phase1-seeds", type=int)
-    p.add_argument("--phase2-seeds", type=int)
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--delta", type=float)
-    p.add_argument("--sample-seed", type=int)
+    b = base
+    p.add_argument("--smoke", action="store_true",
+                   help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
+    p.add_argument("--epsilons", type=float, nargs="+", help=f"privacy budgets (default: {' '.join(map(str, b.epsilons))})")
+    p.add_argument("--gammas", type=float, nargs="+", help=f"constraint slacks (default: {' '.join(map(str, b.gammas))})")
+    p.add_argument("--methods", nargs="+", help=f"registered methods (default: {' '.join(b.methods)})")
+    p.add_argument("--n-configs", type=int, help=f"phase-1 configurations per (method, epsilon, gamma) (default: {b.n_configs})")
+    p.add_argument("--phase1-seeds", type=int, help=f"seeds per phase-1 configuration (default: {b.phase1_seeds})")
+    p.add_argument("--phase2-seeds", type=int, help=f"fresh seeds of each phase-1 winner (default: {b.phase2_seeds})")
+    p.add_argument("--max-steps", type=int, help=f"cap on T for every method (default: {b.max_steps})")
+    p.add_argument("--delta", type=float, help=f"privacy delta (default: {b.delta:g})")
+    p.add_argument("--sample-seed", type=int, help=f"seed of the configuration sampler (default: {b.sample_seed})")
+    p.add_argument("--yes", action="store_true", help="start a large sweep without asking (it asks only on a terminal)")
     p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
     p.add_argument("--preprocessing", choices=["public", "paper"],
                    help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
@@ -31,6 +34,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
     p.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial")
     p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
+    p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
     args = p.parse_args(argv)
     spec = base.smoke() if args.smoke else base

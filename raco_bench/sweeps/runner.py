@@ -30,7 +30,7 @@ from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.plan import Selection, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.spec import SweepSpec
 
-ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME")
+ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
 
 def validate(spec: SweepSpec, tracking_uri: str | None):
@@ -53,6 +53,7 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
 def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str) -> None:
     from ray import tune
 
+    from raco_bench.sweeps.console import PhaseProgress
     from raco_bench.sweeps.trial import tune_trainable
 
     if not trials:
@@ -76,7 +77,8 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
             tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None, reuse_actors=True,
                                         trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(name=name, storage_path=storage, failure_config=tune.FailureConfig(max_failures=args.max_failures),
-                                      verbose=1),
+                                      verbose=1 if args.verbose else 0,
+                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(trials))]),
         )
     grid = tuner.fit()
     if grid.errors:
@@ -89,12 +91,21 @@ def _trial_name(trial) -> str:
     return f"p{t['phase']}-{t['method']}-e{t['epsilon']}-g{t['gamma']}-c{t['config_id']}-s{t['seed']}"
 
 
-def _resources(args) -> tuple[dict, str]:
-    import ray
+GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
 
-    gpus = ray.cluster_resources().get("GPU", 0)
-    frac = args.gpu_fraction if args.gpu_fraction is not None else (0.25 if gpus else 0.0)
-    return ({"cpu": 1, "gpu": frac} if frac else {"cpu": 1}), ("cuda" if frac else "cpu")
+
+def _resources(args) -> tuple[dict, str]:
+    """Each trial's request, decided from the flags or the cluster's configuration, never from the nodes that
+    happen to be up: on an autoscaling cluster the GPU workers join after the sweep starts. The trial
+    picks its device from the GPUs Ray assigns it ("auto")."""
+    raw = args.gpu_fraction if args.gpu_fraction is not None else os.environ.get(GPUS_PER_TRIAL_ENV, "0")
+    try:
+        frac = float(raw)
+    except ValueError:
+        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 0.25") from None
+    if not 0 <= frac <= 8:
+        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (0.25 = four trials per GPU)")
+    return ({"cpu": 1, "gpu": frac} if frac else {"cpu": 1}), "auto"
 
 
 # --------------------------------------------------------------------------------------- results
@@ -135,6 +146,20 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
     return "\n".join(lines), rows
 
 
+LARGE_SWEEP = 500  # phase-1 trials above which a terminal user is asked to confirm
+TRIALS_PER_CPU_MINUTE = 12.0  # a rough planning rate (README: 24 trials/minute on 2 cores with default sizes)
+
+
+def confirm(spec: SweepSpec, trials: list[dict], args, cpus: float) -> None:
+    """State the size of phase 1 and a rough time; ask before a large sweep when a person is at a terminal."""
+    minutes = len(trials) / (TRIALS_PER_CPU_MINUTE * max(cpus, 1.0))
+    print(f"[sweep] phase 1 has {len(trials)} trials ({len(spec.methods)} methods); at a rough {TRIALS_PER_CPU_MINUTE:g} trials per CPU-minute "
+          f"on {cpus:g} CPUs that is about {minutes:.0f} min, then phase 2", flush=True)
+    if len(trials) > LARGE_SWEEP and not args.yes and sys.stdin.isatty():
+        if input("[sweep] start it? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise ValueError("sweep not started; shrink it with --n-configs / --epsilons / --gammas, or pass --yes")
+
+
 def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metrics: dict[str, float]) -> None:
     """End a phase's parent run FINISHED, with the sweep spec as params and the phase's counts as metrics."""
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
@@ -156,6 +181,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
 
     trials1 = phase1_trials(spec, len(ds.train))
+    confirm(spec, trials1, args, ray.cluster_resources().get("CPU", 1.0))
     cal = calibrate(spec, trials1, len(ds.train))
     print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, "
           f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 
 
@@ -45,10 +46,10 @@ class SweepSpec:
 
             object.__setattr__(self, "methods", default_methods(self.constraint))
         object.__setattr__(self, "methods", tuple(self.methods))
-        if not self.epsilons or any(e <= 0 for e in self.epsilons):
-            raise ValueError(f"epsilons must be positive numbers, got {self.epsilons}")
-        if not self.gammas:
-            raise ValueError("give at least one target gamma")
+        if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
+            raise ValueError(f"epsilons must be finite numbers > 0 (non-private methods run without one), got {self.epsilons}")
+        if not self.gammas or any(not (g >= 0 and math.isfinite(g)) for g in self.gammas):
+            raise ValueError(f"gammas must be finite numbers >= 0 (the constraint slack), got {self.gammas}")
         for name in ("n_configs", "phase1_seeds", "phase2_seeds", "max_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -64,6 +64,23 @@ def _node_id() -> str:
         return "local"
 
 
+def _device(requested: str) -> tuple[str, str]:
+    """(device, GPU ids Ray assigned): "auto" means CUDA when Ray gave the trial a GPU that torch can use."""
+    gpu_ids = ""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            gpu_ids = ",".join(str(g) for g in ray.get_gpu_ids())
+    except Exception:  # noqa: BLE001 - outside Ray
+        pass
+    if requested != "auto":
+        return requested, gpu_ids
+    import torch
+
+    return ("cuda" if gpu_ids and torch.cuda.is_available() else "cpu"), gpu_ids
+
+
 def summary_from_run(run) -> dict:
     m = run.data.metrics
     return {"val_accuracy": m.get("val_accuracy", math.nan), "val_max_constraint": m.get("val_max_constraint", math.inf),
@@ -82,7 +99,8 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
     run_id, done = tracking.get_or_create_trial_run(tracking_uri, experiment_id, parent_run_id, trial)
     if done is not None:
         return summary_from_run(done)
-    tags = {"raco_bench.trial": json.dumps(trial, sort_keys=True), "device": device, "ray_node_id": _node_id()}
+    device, gpu_ids = _device(device)
+    tags = {"raco_bench.trial": json.dumps(trial, sort_keys=True), "device": device, "ray_node_id": _node_id(), "ray_gpu_ids": gpu_ids or "none"}
     if trial.get("skip"):
         tracking.log_trial(tracking_uri, run_id, {"skip_reason": trial["skip"]}, {"val_max_constraint": math.inf}, [],
                            {**tags, "skipped": trial["skip"]}, {}, {})

@@ -44,10 +44,13 @@ class RunConfig:
     def validate(self) -> None:
         if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
             raise ValueError(f"invalid epsilon={self.epsilon!r}: the privacy budget must be > 0 (use a non-private method for no privacy)")
+        if not math.isfinite(self.epsilon):
+            raise ValueError(f"invalid epsilon={self.epsilon!r}: an infinite budget is no privacy; train a non-private method "
+                             "(sgda, sgd, or dp-fermi with --set privacy=none), or give a finite epsilon")
         if not 0 < self.delta < 1:
             raise ValueError(f"invalid delta={self.delta!r}: must be in (0, 1)")
-        if not math.isfinite(self.gamma):
-            raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack must be a finite number")
+        if not (math.isfinite(self.gamma) and self.gamma >= 0):
+            raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack must be a finite number >= 0")
         from raco_bench.data.schema import PREPROCESSING_MODES
 
         if self.preprocessing not in PREPROCESSING_MODES:

@@ -2,9 +2,10 @@
 
 At ``K`` evenly spaced steps the run releases, for the current model, the validation counts
 N[l, y, k] = #{validation rows in part l with label y predicted k} plus iid Laplace(b) per cell.
-One record is in exactly one cell, so each release has L1 sensitivity 1 (add/remove) and costs one
-Laplace(b) mechanism; the K releases are composed with the training releases by the accountant
-(:class:`~raco_bench.privacy.accounting.SelectionRelease`). Everything below is post-processing of
+One record is in exactly one cell, so each release has L1 sensitivity 1 under add/remove and costs
+one Laplace(b) mechanism (under replace-one, e.g. DP-FERMI's sensitive-attribute notion, a record
+moves between two cells: two unit releases); the K releases are composed with the training releases
+by the accountant (:class:`~raco_bench.privacy.accounting.SelectionRelease`). Everything below is post-processing of
 the noisy counts: the noisy validation accuracy Σ_{l,y} Ñ[l,y,y] / Σ Ñ and the noisy hard constraint
 values from Ĥ[l, k] = Σ_y Ñ[l, y, k] (eq. 12, n̂ = max(1, row sums)). The rule mirrors the papers':
 the best noisy accuracy among checkpoints whose noisy constraints all hold, else the last iterate.

@@ -1,0 +1,72 @@
+"""A compact live console for sweeps: one progress line per phase at most every few seconds
+(configurations done, running, failed, ETA) and, when the phase ends, the best feasible
+configurations so far. Tune's own tables are shown with ``-v`` instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from ray import tune
+
+STATUS_DONE, STATUS_ERROR, STATUS_RUNNING = "TERMINATED", "ERROR", "RUNNING"
+
+
+class PhaseProgress(tune.Callback):
+    """Prints ``[phase N] done/total done, R running, F failed, elapsed, ETA`` every ``every`` seconds."""
+
+    def __init__(self, phase: int, total: int, every: float = 15.0, stream: TextIO | None = None, top: int = 3):
+        self.phase, self.total, self.every, self.top = phase, total, every, top
+        self.stream = stream or sys.stdout
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.results: list[tuple[dict, dict]] = []
+
+    def _line(self, trials) -> str:
+        done = sum(t.status == STATUS_DONE for t in trials)
+        failed = sum(t.status == STATUS_ERROR for t in trials)
+        running = sum(t.status == STATUS_RUNNING for t in trials)
+        elapsed = time.monotonic() - self.start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = f"{(self.total - done - failed) / rate:.0f}s" if rate > 0 else "?"
+        width = 24
+        filled = int(width * done / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        return (f"[phase {self.phase}] [{bar}] {done}/{self.total} done, {running} running, {failed} failed, "
+                f"{elapsed:.0f}s elapsed, ETA {eta}")
+
+    def on_step_end(self, iteration, trials, **info):
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(self._line(trials), file=self.stream, flush=True)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = trial.last_result or {}
+        if "val_accuracy" in result:
+            self.results.append((trial.config["trial"], result))
+
+    def on_experiment_end(self, trials, **info):
+        print(self._line(trials), file=self.stream, flush=True)
+        for line in best_feasible(self.results, self.top):
+            print(line, file=self.stream, flush=True)
+
+
+def best_feasible(results: list[tuple[dict, dict]], top: int) -> list[str]:
+    """The ``top`` single runs with the best validation accuracy among those meeting their γ on validation."""
+    rows = []
+    for trial, r in results:
+        gamma = trial.get("gamma")
+        con, acc = r.get("val_max_constraint", -1.0), r.get("val_accuracy", -1.0)
+        if acc < 0 or con < 0 or (gamma is not None and con > gamma):
+            continue
+        rows.append((acc, trial, con))
+    rows.sort(key=lambda x: -x[0])
+    if not rows:
+        return ["  no run met its gamma on validation yet"]
+    out = [f"  best feasible runs: {'method':10s} {'eps':>5s} {'gamma':>6s} {'config':>6s} {'val acc':>8s} {'val constraint':>14s}"]
+    for acc, t, con in rows[:top]:
+        out.append(f"  {'':20s}{t['method']:10s} {str(t['epsilon']):>5s} {str(t['gamma']):>6s} {t['config_id']:>6d} {acc:>8.4f} {con:>14.4f}")
+    return out
