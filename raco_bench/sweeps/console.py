@@ -17,8 +17,8 @@ STATUS_DONE, STATUS_ERROR, STATUS_RUNNING = "TERMINATED", "ERROR", "RUNNING"
 class PhaseProgress(tune.Callback):
     """Prints ``[phase N] done/total done, R running, F failed, elapsed, ETA`` every ``every`` seconds."""
 
-    def __init__(self, phase: int, total: int, every: float = 15.0, stream: TextIO | None = None, top: int = 3):
-        self.phase, self.total, self.every, self.top = phase, total, every, top
+    def __init__(self, phase: int, total: int, gammas: tuple[float, ...], every: float = 15.0, stream: TextIO | None = None, top: int = 3):
+        self.phase, self.total, self.gammas, self.every, self.top = phase, total, tuple(gammas), every, top
         self.stream = stream or sys.stdout
         self.start = time.monotonic()
         self.last = 0.0
@@ -50,19 +50,20 @@ class PhaseProgress(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         print(self._line(trials), file=self.stream, flush=True)
-        for line in best_feasible(self.results, self.top):
+        for line in best_feasible(self.results, self.top, self.gammas):
             print(line, file=self.stream, flush=True)
 
 
-def best_feasible(results: list[tuple[dict, dict]], top: int) -> list[str]:
-    """The ``top`` single runs with the best validation accuracy among those meeting their γ on validation."""
+def best_feasible(results: list[tuple[dict, dict]], top: int, gammas: tuple[float, ...]) -> list[str]:
+    """The ``top`` single runs with the best validation accuracy among those meeting a γ on validation (their
+    own γ, or for methods trained without γ the smallest sweep γ they meet, shown in the γ column)."""
     rows = []
     for trial, r in results:
-        gamma = trial.get("gamma")
         con, acc = r.get("val_max_constraint", -1.0), r.get("val_accuracy", -1.0)
-        if acc < 0 or con < 0 or (gamma is not None and con > gamma):
+        met = [trial["gamma"]] if trial.get("gamma") is not None else [g for g in sorted(gammas) if con <= g][:1]
+        if acc < 0 or con < 0 or not met or con > met[0]:
             continue
-        rows.append((acc, trial, con))
+        rows.append((acc, {**trial, "gamma": met[0]}, con))
     rows.sort(key=lambda x: -x[0])
     if not rows:
         return ["  no run met its gamma on validation yet"]

@@ -17,6 +17,7 @@ params and the phase's counts as metrics.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -78,7 +79,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
                                         trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(name=name, storage_path=storage, failure_config=tune.FailureConfig(max_failures=args.max_failures),
                                       verbose=1 if args.verbose else 0,
-                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(trials))]),
+                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(trials), spec.gammas)]),
         )
     grid = tuner.fit()
     if grid.errors:
@@ -160,6 +161,14 @@ def confirm(spec: SweepSpec, trials: list[dict], args, cpus: float) -> None:
             raise ValueError("sweep not started; shrink it with --n-configs / --epsilons / --gammas, or pass --yes")
 
 
+def quiet_libraries() -> None:
+    """The compact console: Tune's legacy output engine (silent at verbose=0, no boxes or TensorBoard hints)
+    and only warnings from Ray, Tune and MLflow."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metrics: dict[str, float]) -> None:
     """End a phase's parent run FINISHED, with the sweep spec as params and the phase's counts as metrics."""
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
@@ -175,8 +184,11 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     storage = raw if "://" in raw else str(Path(raw).resolve())  # local path, NFS mount or s3://…
     t0 = time.perf_counter()
     env = {k: os.environ[k] for k in ENV_FORWARD if k in os.environ}
+    if not args.verbose:
+        quiet_libraries()
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env={"env_vars": env} if env else None, log_to_driver=False)
+        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env={"env_vars": env} if env else None, log_to_driver=False,
+                 logging_level=logging.INFO if args.verbose else logging.WARNING)
     experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
 
