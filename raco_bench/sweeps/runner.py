@@ -165,6 +165,7 @@ def quiet_libraries() -> None:
     """The compact console: Tune's legacy output engine (silent at verbose=0, no boxes or TensorBoard hints)
     and only warnings from Ray, Tune and MLflow."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
