@@ -184,32 +184,12 @@ def gaussian_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, 
 
 
 def min_noise_multiplier(sampling_rate: float, steps: int, target_epsilon: float, delta: float, rel_tol: float = 1e-3) -> float:
-    """Smallest Gaussian noise multiplier whose ``steps`` Poisson-subsampled releases spend ≤ ``target_epsilon``.
-
-    Exponential bracketing then bisection on the monotone ε(σ); the returned σ is the upper end of the
-    final bracket, so ε(σ) ≤ target holds for the value returned.
-    """
-    if not target_epsilon > 0:
-        raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")
+    """Smallest Gaussian noise multiplier whose ``steps`` Poisson-subsampled releases spend ≤ ``target_epsilon``
+    (a one-block :class:`GaussianPlan`; see :func:`plan_min_noise`)."""
     _check_delta(delta)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    eps = lambda s: gaussian_epsilon(s, sampling_rate, steps, delta)  # noqa: E731
-    hi = 1.0
-    while eps(hi) > target_epsilon:
-        hi *= 2.0
-        if hi > 1e6:
-            raise ValueError("no noise multiplier up to 1e6 meets the budget")
-    lo = hi / 2.0
-    while lo > 1e-3 and eps(lo) <= target_epsilon:
-        hi, lo = lo, lo / 2.0
-    while (hi - lo) / hi > rel_tol:
-        mid = 0.5 * (lo + hi)
-        if eps(mid) <= target_epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return plan_min_noise(GaussianPlan(sampling_rate, steps), target_epsilon, delta, rel_tol)
 
 
 # ------------------------------------------------------------------ Gaussian plans (DP-SGD-like methods)
@@ -302,10 +282,9 @@ def plan_min_noise(plan: GaussianPlan, target_epsilon: float, delta: float, rel_
     while eps(hi) > target_epsilon:
         hi *= 2.0
         if hi > 1e5:
-            raise ValueError(
-                f"no noise multiplier meets epsilon={target_epsilon}: the count release (count_noise={plan.count_noise}) "
-                "alone spends too much; raise count_noise or epsilon"
-            )
+            why = (f"the count release (count_noise={plan.count_noise}) alone spends too much; raise count_noise or epsilon"
+                   if plan.count_noise is not None else "raise epsilon, or lower the sampling rate or the number of steps")
+            raise ValueError(f"no noise multiplier up to 1e5 meets epsilon={target_epsilon}: {why}")
     lo = hi / 2.0
     while lo > 1e-3 and eps(lo) <= target_epsilon:
         hi, lo = lo, lo / 2.0
