@@ -67,7 +67,7 @@ def test_joint_exceeds_separate_composition_for_shared_batch():
         mech = StepMechanism(q, sigma, scale, "shared")
         joint, sep = epsilon(mech, T, DELTA), separate_composition_epsilon(mech, T, DELTA)
         assert joint > sep
-        # spec §4.3's reference column (separate composition, reference code): 1.002, 0.997, 3.13, 0.94
+        # the reference implementation's separate-composition epsilons for these settings: 1.002, 0.997, 3.13, 0.94
     assert separate_composition_epsilon(StepMechanism(0.0171, 2, 10), 787, DELTA) == pytest.approx(1.002, abs=0.002)
 
 
@@ -80,7 +80,7 @@ def test_independent_mode_is_dp_accounting_composition():
     acc = pld_privacy_accountant.PLDAccountant()
     acc.compose(dpa.SelfComposedDpEvent(step, T))
     ref = acc.get_epsilon(DELTA)
-    # spec §4.2 quotes 2.3593 for this setting; the accountant's own discretisation gives ~2.364
+    # the reference implementation reports 2.3593 for this setting; the accountant's own discretisation gives ~2.364
     assert ref == pytest.approx(2.3593, rel=0.005)
     assert epsilon(StepMechanism(q, sigma, scale, "independent"), T, DELTA) == pytest.approx(ref, rel=1e-3)
 

@@ -96,7 +96,7 @@ def test_projection_onto_frobenius_ball():
 
 
 def test_theorem_3_3_noise_matches_the_spec_table():
-    # dp_fermi_spec.md §2.3: adult, eps 1, batch 1024, n 33916, T 6800, rho 0.3245, delta 8.69e-10 -> 1.9495, 0.07798
+    # DP-FERMI's published Adult setting: eps 1, batch 1024, n 33916, T 6800, rho 0.3245, delta 8.69e-10 -> 1.9495, 0.07798
     sigma_theta, sigma_w = theorem_3_3_noise(5.0, 5.0, 1 / 33916**2, 6800, 1.0, 33916, 0.3245)
     assert sigma_theta == pytest.approx(1.9495, rel=2e-3) and sigma_w == pytest.approx(0.07798, rel=2e-3)
 
