@@ -52,7 +52,7 @@ from raco_bench.methods.raco_dp import check_batch, selection_note, train_tensor
 from raco_bench.methods.space import ZeroOr
 from raco_bench.models import Batch, build_model
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
-from raco_bench.privacy.calibration import NoiseProblem, solve_cached
+from raco_bench.privacy.calibration import NoiseProblem
 from raco_bench.privacy.sampling import poisson_batch
 from raco_bench.training.step import TrainData
 
@@ -217,7 +217,7 @@ class DPFermi(Method):
         sigma = 0.0
         if plan is not None:
             problem = self.calibration(h, n, ctx.budget)
-            sigma = h.noise_multiplier if problem is None else solve_cached(ctx.cache, problem)
+            sigma = h.noise_multiplier if problem is None else ctx.cache.solve(problem)
             spent = plan_epsilon(plan, sigma, run.delta)
             if spent > run.epsilon * (1 + 1e-9):
                 raise ValueError(f"noise_multiplier={sigma} with T={T} spends epsilon={spent:.4f} > the budget {run.epsilon}; raise it or leave it unset")

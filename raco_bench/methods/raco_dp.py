@@ -25,7 +25,7 @@ import torch
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.models import build_model
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon
-from raco_bench.privacy.calibration import StepsProblem, solve_cached
+from raco_bench.privacy.calibration import StepsProblem
 from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
 
 BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
@@ -98,7 +98,7 @@ def plan_steps(ctx: Context, problem: StepsProblem | None, default_steps: int) -
                 "lower steps, raise epsilon, or leave steps unset to calibrate it"
             )
         return run.steps
-    T = int(solve_cached(ctx.cache, problem))
+    T = int(ctx.cache.solve(problem))
     if T == 0:
         raise ValueError(
             f"the budget epsilon={run.epsilon}, delta={run.delta} does not allow a single step with q={mech.sampling_rate:.4g}, "

@@ -183,15 +183,6 @@ def gaussian_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, 
     return epsilon(StepMechanism(sampling_rate, noise_multiplier, None), steps, delta)
 
 
-def min_noise_multiplier(sampling_rate: float, steps: int, target_epsilon: float, delta: float, rel_tol: float = 1e-3) -> float:
-    """Smallest Gaussian noise multiplier whose ``steps`` Poisson-subsampled releases spend ≤ ``target_epsilon``
-    (a one-block :class:`GaussianPlan`; see :func:`plan_min_noise`)."""
-    _check_delta(delta)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    return plan_min_noise(GaussianPlan(sampling_rate, steps), target_epsilon, delta, rel_tol)
-
-
 # ------------------------------------------------------------------ Gaussian plans (DP-SGD-like methods)
 NEIGHBOUR_RELATIONS = ("add-remove", "replace")
 

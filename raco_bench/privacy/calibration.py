@@ -18,6 +18,7 @@ import json
 import os
 import tempfile
 import warnings
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -28,9 +29,7 @@ from raco_bench.privacy.accounting import (
     SelectionRelease,
     StepMechanism,
     epsilon,
-    gaussian_epsilon,
     max_steps,
-    min_noise_multiplier,
     plan_epsilon,
     plan_min_noise,
 )
@@ -67,12 +66,6 @@ class CalibrationCache:
         if selection is not None:
             payload["selection"] = asdict(selection)
         return cls._versioned(payload)
-
-    @classmethod
-    def noise_key(cls, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> str:
-        """Cache key of the smallest Gaussian noise multiplier for (q, T, ε, δ)."""
-        return cls._versioned({"kind": "noise_multiplier", "q": float(sampling_rate), "steps": int(steps),
-                               "target_epsilon": float(target_epsilon), "delta": float(delta)})
 
     def lookup(self, key: str) -> float | None:
         if key not in self._memory:
@@ -116,17 +109,15 @@ class CalibrationCache:
     def max_steps(self, mech: StepMechanism, target_epsilon: float, delta: float, cap: int = 100_000,
                   selection: SelectionRelease | None = None) -> int:
         """Cached :func:`~raco_bench.privacy.accounting.max_steps`."""
-        return int(solve_cached(self, StepsProblem(mech, target_epsilon, delta, cap, selection)))
-
-    def noise_multiplier(self, sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> float:
-        """Cached :func:`~raco_bench.privacy.accounting.min_noise_multiplier` (one Poisson-subsampled Gaussian)."""
-        key = self.noise_key(sampling_rate, steps, target_epsilon, delta)
-        return float(self._get_or_compute(key, lambda: min_noise_multiplier(sampling_rate, steps, target_epsilon, delta),
-                                          lambda s: s > 0 and gaussian_epsilon(s, sampling_rate, steps, delta) <= target_epsilon))
+        return int(self.solve(StepsProblem(mech, target_epsilon, delta, cap, selection)))
 
     def plan_noise(self, plan: GaussianPlan, target_epsilon: float, delta: float) -> float:
         """Cached :func:`~raco_bench.privacy.accounting.plan_min_noise`."""
-        return solve_cached(self, NoiseProblem(plan, target_epsilon, delta))
+        return self.solve(NoiseProblem(plan, target_epsilon, delta))
+
+    def solve(self, problem: CalibrationProblem) -> float:
+        """``problem``'s value from the cache (re-verified against the budget) or solved and stored."""
+        return float(self._get_or_compute(problem.key(), problem.solve, problem.within_budget))
 
     def _get_or_compute(self, key: str, compute, within_budget):
         """The cached value if it still meets the budget (``within_budget``), else a recomputed one."""
@@ -144,19 +135,20 @@ class CalibrationCache:
 
 
 # ------------------------------------------------------------------ calibration problems (value objects)
-class CalibrationProblem:
+class CalibrationProblem(ABC):
     """A privacy calibration as a value: a cache ``key``, how to ``solve`` it, and how to check a value
     against the budget (``within_budget``). Methods build them (:meth:`Method.calibration`); the trainer
-    solves one through the cache, the sweep driver solves many in parallel Ray tasks."""
+    solves one through the cache (:meth:`CalibrationCache.solve`), the sweep driver solves many in
+    parallel Ray tasks."""
 
-    def key(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def key(self) -> str: ...
 
-    def solve(self) -> float:
-        raise NotImplementedError
+    @abstractmethod
+    def solve(self) -> float: ...
 
-    def within_budget(self, value: float) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def within_budget(self, value: float) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -198,7 +190,3 @@ class NoiseProblem(CalibrationProblem):
     def within_budget(self, value: float) -> bool:
         return value > 0 and plan_epsilon(self.plan, value, self.delta) <= self.target_epsilon
 
-
-def solve_cached(cache: CalibrationCache, problem: CalibrationProblem) -> float:
-    """``problem``'s value from the cache (re-verified against the budget) or solved and stored."""
-    return float(cache._get_or_compute(problem.key(), problem.solve, problem.within_budget))

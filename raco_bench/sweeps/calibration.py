@@ -26,7 +26,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
     """Solve every private trial's calibration; results go into the trials (see the module docstring)."""
     import ray
 
-    from raco_bench.privacy.calibration import CalibrationCache, solve_cached
+    from raco_bench.privacy.calibration import CalibrationCache
 
     cache = CalibrationCache()
     problems, owners = {}, []
@@ -46,7 +46,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
         solve = ray.remote(num_cpus=1)(_solve)
         for key, value in zip(missing, ray.get([solve.remote(problems[k]) for k in missing])):
             cache.put(key, value)
-    values = {key: solve_cached(cache, problem) for key, problem in problems.items()}  # each re-verified against its budget once
+    values = {key: cache.solve(problem) for key, problem in problems.items()}  # each re-verified against its budget once
     for t, method, problem in owners:
         fixed = method.calibrated(problem, values[problem.key()])
         if "skip" in fixed:

@@ -140,7 +140,8 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
                 show(entry)
             if entry["train"]["satisfied"] and (selected is None or entry["val"]["accuracy"] > selected["val"]["accuracy"]):
                 selected = {k: entry[k] for k in ("step", "train", "val", "test")}
-                selected_params = _snapshot(method.params(state))
+                if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
+                    selected_params = _snapshot(method.params(state))
     if selected is not None:
         selected["label"] = SELECTION_LABEL
     last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
