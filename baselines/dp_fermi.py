@@ -53,7 +53,7 @@ from raco_bench.methods.space import ZeroOr
 from raco_bench.models import Batch, build_model
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.calibration import NoiseProblem
-from raco_bench.privacy.sampling import poisson_batch
+from raco_bench.privacy.counter_rng import GROUP_COUNTS, Stream
 from raco_bench.training.step import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
@@ -105,7 +105,7 @@ class FermiState:
     params: dict
     W: torch.Tensor  # (contexts, G, c)
     step: int
-    generator: torch.Generator
+    stream: Stream
     inv_sqrt_p: torch.Tensor | None = None  # (contexts, G): 1/√p̂(s | context) from the released counts
 
 
@@ -242,15 +242,15 @@ class DPFermi(Method):
         ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
 
     # ------------------------------------------------------------------ training
-    def init_state(self, ctx: Context, generator: torch.Generator) -> FermiState:
+    def init_state(self, ctx: Context, stream: Stream) -> FermiState:
         """θ_0 from the model, W_0 = 0, and the one private release of the group counts (P̂_S)."""
         ds, h, plan = ctx.dataset, ctx.hyper, ctx.plan
-        params = self.model(ctx).init(generator, ctx.device)
+        params = self.model(ctx).init(stream)
         counts = plan.counts
         if h.privacy != "none":
-            counts = counts + h.count_noise * torch.randn(counts.shape, generator=generator, device=counts.device, dtype=counts.dtype)
+            counts = counts + h.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype).view_as(counts)
         W = torch.zeros(plan.n_ctx, ds.n_groups, ds.n_classes, device=ctx.device)
-        return FermiState(params, W, 0, generator, conditional_rates(counts).rsqrt())
+        return FermiState(params, W, 0, stream, conditional_rates(counts).rsqrt())
 
     def theta_gradient_sum(self, ctx: Context, params: dict, batch: Batch, F: torch.Tensor, coef: torch.Tensor) -> dict:
         """Σ_i clip(∇_θ(ℓ_i + λψ̂_i), C_θ) (no clipping without privacy); the model computes it."""
@@ -258,11 +258,11 @@ class DPFermi(Method):
         return ctx.plan.model.lagrangian_grad_sum(params, batch, F, coef, 1.0, clip)
 
     def step(self, ctx: Context, state: FermiState) -> FermiState:
-        h, plan, g = ctx.hyper, ctx.plan, state.generator
+        h, plan, stream, t = ctx.hyper, ctx.plan, state.stream, state.step + 1
         model, data = plan.model, plan.data
         m = float(h.batch_size)
         private = h.privacy != "none"
-        idx = poisson_batch(ctx.n_train, plan.q, g, ctx.device)
+        idx = stream.batch(t, ctx.n_train, plan.q)
         rows = data.table[idx]
         Xb, cb, sb = data.X[idx], plan.ctx_ids[idx], plan.s[idx]
         ipb = state.inv_sqrt_p[cb, sb]
@@ -271,16 +271,19 @@ class DPFermi(Method):
         gtheta = self.theta_gradient_sum(ctx, state.params, Batch(Xb, data.y[idx], data.labels_onehot(rows), data.sq_norms(rows)), F, coef)
         gw = w_gradient_sum(state.W, F, cb, sb, ipb, h.clip_w if private else None)
 
-        params = {}
+        # one Gaussian draw per step: θ's parameters in order, then W (unit draws, scaled by σ·C_θ and σ·C_W)
+        z = stream.normal(t, sum(p.numel() for p in state.params.values()) + gw.numel(), dtype=gw.dtype) if private else None
+        params, offset = {}, 0
         for name, p in state.params.items():
             gsum = gtheta[name]
             if private:
-                gsum = gsum + plan.sigma * h.clip_theta * torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+                gsum = gsum + plan.sigma * h.clip_theta * z[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
             params[name] = p - h.lr * gsum / m
         if private:
-            gw = gw + plan.sigma * h.clip_w * torch.randn(gw.shape, generator=g, device=gw.device, dtype=gw.dtype)
+            gw = gw + plan.sigma * h.clip_w * z[offset:].view_as(gw)
         W = project_frobenius(state.W + h.lr_w * h.fairness * gw / m, h.w_radius)
-        return FermiState(params, W, state.step + 1, g, state.inv_sqrt_p)
+        return FermiState(params, W, t, stream, state.inv_sqrt_p)
 
     def report(self, ctx: Context, state: FermiState) -> dict:
         return {"w_norm": float(state.W.norm())}

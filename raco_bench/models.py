@@ -8,7 +8,7 @@ u_i = f(h_θ(x_i); y_i, c_i). Two engines produce Σ_i clip(∇_θ u_i, C):
   per-sample gradient is ever materialised (the "ghost clipping" idea, exact for one linear layer).
 * :class:`MLP`: per-sample gradients with ``torch.func`` (``vmap(grad(...))``). We use torch.func
   rather than opacus' GradSampleModule because it is functional: parameters are explicit tensors,
-  so the step stays a pure function of (parameters, multipliers, generator) and can later be
+  so the step stays a pure function of (parameters, multipliers, random stream) and can later be
   vmapped over many configurations; GradSampleModule keeps hook state inside the module and its
   hooks mode is deprecated upstream.
 
@@ -25,6 +25,8 @@ from typing import Callable
 
 import torch
 from torch.func import grad, vmap
+
+from raco_bench.privacy.counter_rng import INIT, Stream
 
 Params = dict[str, torch.Tensor]
 LogitObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -46,17 +48,27 @@ def _clip_factors(norms: torch.Tensor, clip: float | None) -> torch.Tensor:
     return (clip / norms.clamp_min(1e-12)).clamp(max=1.0)
 
 
+def _uniform_init(stream: Stream, shapes: dict[str, tuple[int, ...]], fan_in: dict[str, int]) -> Params:
+    """Each parameter U(−1/√fan_in, 1/√fan_in) (torch.nn.Linear's default), from consecutive uniforms of the stream."""
+    total = sum(math.prod(shape) for shape in shapes.values())
+    u = stream.uniform(0, total, INIT)
+    params, offset = {}, 0
+    for name, shape in shapes.items():
+        size = math.prod(shape)
+        params[name] = (u[offset : offset + size].view(shape) * 2 - 1) / math.sqrt(fan_in[name])
+        offset += size
+    return params
+
+
 @dataclass(frozen=True)
 class LogisticRegression:
     n_features: int
     n_classes: int
 
-    def init(self, generator: torch.Generator, device: torch.device | str = "cpu") -> Params:
-        """nn.Linear's default initialisation, U(−1/√d, 1/√d), from ``generator``."""
-        bound = 1.0 / math.sqrt(self.n_features)
-        W = (torch.rand(self.n_classes, self.n_features, generator=generator, device=device) * 2 - 1) * bound
-        b = (torch.rand(self.n_classes, generator=generator, device=device) * 2 - 1) * bound
-        return {"weight": W, "bias": b}
+    def init(self, stream: Stream) -> Params:
+        """nn.Linear's default initialisation, U(−1/√d, 1/√d), from the run's step-0 stream."""
+        return _uniform_init(stream, {"weight": (self.n_classes, self.n_features), "bias": (self.n_classes,)},
+                             {"weight": self.n_features, "bias": self.n_features})
 
     def logits(self, params: Params, X: torch.Tensor) -> torch.Tensor:
         return torch.addmm(params["bias"], X, params["weight"].T)
@@ -94,13 +106,9 @@ class MLP:
     def _module(self) -> torch.nn.Module:
         return torch.nn.Sequential(torch.nn.Linear(self.n_features, self.hidden), torch.nn.ReLU(), torch.nn.Linear(self.hidden, self.n_classes))
 
-    def init(self, generator: torch.Generator, device: torch.device | str = "cpu") -> Params:
+    def init(self, stream: Stream) -> Params:
         shapes = {"0.weight": (self.hidden, self.n_features), "0.bias": (self.hidden,), "2.weight": (self.n_classes, self.hidden), "2.bias": (self.n_classes,)}
-        fan_in = {"0": self.n_features, "2": self.hidden}
-        return {
-            name: (torch.rand(shape, generator=generator, device=device) * 2 - 1) / math.sqrt(fan_in[name[0]])
-            for name, shape in shapes.items()
-        }
+        return _uniform_init(stream, shapes, {name: self.n_features if name[0] == "0" else self.hidden for name in shapes})
 
     def logits(self, params: Params, X: torch.Tensor) -> torch.Tensor:
         h = torch.relu(torch.addmm(params["0.bias"], X, params["0.weight"].T))

@@ -6,9 +6,11 @@ per sweep script, a parent run per phase, a child run per trial).
   store); on a cluster, an MLflow server on the head node (``MLFLOW_TRACKING_URI``). ``file:`` URIs
   and bare paths are refused with a clear error.
 * Idempotent logging: a trial's run is found by its deterministic ``trial_key`` tag. A run marked
-  complete is never trained or logged again; an incomplete one (a killed attempt) is reused, and
-  its metrics are written once, in one batch, when the trial finishes. So a retried or resumed trial
-  never creates a second run and never duplicates metric points.
+  complete is never trained or logged again; an incomplete one (a killed attempt) is reused.
+  Evaluation curves are streamed while the trial trains (:class:`LiveMetrics`, batched every few
+  seconds); a reused run skips the (metric, step) points it already holds, and the final metrics and
+  params skip keys already present, so a retried or resumed trial never creates a second run and
+  never duplicates or loses a metric point (training is deterministic in its seed).
 * The experiment is created once, on the driver; SQLite writes are retried while the file is locked.
 """
 
@@ -126,10 +128,10 @@ def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int
 
 
 def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict):
-    """(run_id, completed_run_or_None) for a trial."""
+    """(run_id, completed_run_or_None, reused) for a trial; ``reused`` when an earlier attempt created the run."""
     found = find_run(uri, experiment_id, {TRIAL_KEY: trial["trial_key"]})
     if found is not None:
-        return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None)
+        return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None), True
     c = client(uri)
     tags = {
         "mlflow.parentRunId": parent_id, TRIAL_KEY: trial["trial_key"], SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
@@ -138,20 +140,66 @@ def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial:
     }
     name = f"{trial['method']} eps={trial['epsilon']} gamma={trial['gamma']} config={trial['config_id']} seed={trial['seed']}"
     run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=name))
-    return run.info.run_id, None
+    return run.info.run_id, None, False
 
 
-def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, float], history: list[tuple[str, float, int]],
-              tags: dict[str, str], artifacts: dict[str, str], files: dict[str, Path]) -> None:
-    """Write a finished trial in one batch, then mark it complete and finished (last, so a crash before it leaves it incomplete)."""
+Point = tuple[str, float, int]  # (metric key, value, step)
+
+
+class LiveMetrics:
+    """Step-indexed metric points of a running trial, written in batches while it trains.
+
+    ``add`` buffers points and writes them once ``flush_every_s`` seconds have passed since the last
+    write (so a long trial shows live curves in the MLflow UI at a few calls per minute); ``flush``
+    writes the rest. On a reused run (a killed attempt) the (key, step) points already stored are
+    skipped: the retrained trial reproduces them exactly, so the history holds each point once.
+    """
+
+    def __init__(self, uri: str, run_id: str, flush_every_s: float = 10.0, reused: bool = False) -> None:
+        self.uri, self.run_id, self.flush_every_s = uri, run_id, flush_every_s
+        self._buffer: list[Point] = []
+        self._last = time.monotonic()
+        self._stored: set[tuple[str, int]] = set()
+        if reused:
+            c = client(uri)
+            for key in retry(lambda: c.get_run(run_id)).data.metrics:
+                self._stored |= {(key, m.step) for m in retry(lambda key=key: c.get_metric_history(run_id, key))}
+
+    def add(self, points: list[Point]) -> None:
+        self._buffer += [p for p in points if (p[0], int(p[2])) not in self._stored]
+        if time.monotonic() - self._last >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        from mlflow.entities import Metric
+
+        if self._buffer:
+            now = int(time.time() * 1000)
+            ms = [Metric(k, float(v), now, int(s)) for k, v, s in self._buffer]
+            c = client(self.uri)
+            for i in range(0, len(ms), 1000):  # MLflow's log_batch limit: 1000 metrics per call
+                retry(lambda i=i: c.log_batch(self.run_id, metrics=ms[i:i + 1000]))
+            self._stored |= {(k, int(s)) for k, _, s in self._buffer}
+            self._buffer = []
+        self._last = time.monotonic()
+
+
+def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, float], history: list[Point],
+              tags: dict[str, str], artifacts: dict[str, str], files: dict[str, Path], model: Callable[[], None] | None = None) -> None:
+    """Write a finished trial in batches, then mark it complete and finished (last, so a crash before it leaves it incomplete).
+
+    ``history`` holds step-indexed points not streamed by :class:`LiveMetrics`; ``model`` logs the
+    trial's MLflow model (see :mod:`raco_bench.mlflow_model`). Keys the run already holds (from a
+    killed attempt) are not written twice.
+    """
     from mlflow.entities import Metric, Param, RunTag
 
     c = client(uri)
     now = int(time.time() * 1000)
-    ms = [Metric(k, float(v), now, 0) for k, v in metrics.items()] + [Metric(k, float(v), now, int(s)) for k, v, s in history]
-    ps = [Param(k, str(v)[:6000]) for k, v in params.items()]
-    existing = retry(lambda: c.get_run(run_id)).data.params
-    ps = [p for p in ps if p.key not in existing]  # a reused run keeps the params it already holds (same values)
+    held = retry(lambda: c.get_run(run_id)).data
+    ms = [Metric(k, float(v), now, 0) for k, v in metrics.items() if k not in held.metrics]
+    ms += [Metric(k, float(v), now, int(s)) for k, v, s in history if k not in held.metrics]
+    ps = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in held.params]  # a reused run keeps its params (same values)
     for i in range(0, len(ps), 100):  # MLflow's log_batch limits: 100 params, 1000 metrics per call
         retry(lambda i=i: c.log_batch(run_id, params=ps[i:i + 100]))
     for i in range(0, len(ms), 1000):
@@ -160,6 +208,8 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
         retry(lambda name=name, text=text: c.log_text(run_id, text, name))
     for name, path in files.items():
         retry(lambda path=path: c.log_artifact(run_id, str(path)))
+    if model is not None:
+        retry(model)
     retry(lambda: c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, COMPLETE: "1"}.items()]))
     retry(lambda: c.set_terminated(run_id, "FINISHED"))
 

@@ -20,6 +20,7 @@ from baselines.ermi import (
     w_gradient_sum,
 )
 from raco_bench.privacy.accounting import gaussian_epsilon
+from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import prepare_run, train
 
@@ -142,7 +143,7 @@ def test_dp_fermi_noise_scales(adult, mode):
     m = float(h.batch_size)
     z_theta, z_w = [], []
     for seed in range(300):
-        state = method.init_state(ctx, torch.Generator().manual_seed(seed))
+        state = method.init_state(ctx, Stream(seed))
         new = method.step(ctx, state)
         F = torch.softmax(e.model.logits(state.params, e.data.X), 1)
         ip = state.inv_sqrt_p[e.ctx_ids, e.s]
@@ -179,7 +180,7 @@ def test_dp_fermi_sensitivities_and_epsilon_recomputed(adult, mode):
                                 params={"batch_size": 100, "privacy": mode, "clip_theta": 0.5, "clip_w": 0.5, "fairness": 2.0}), small)
     ctx, method = run.ctx, run.method
     h, e = ctx.hyper, ctx.plan
-    state = method.init_state(ctx, torch.Generator().manual_seed(0))
+    state = method.init_state(ctx, Stream(0))
     for _ in range(40):
         state = method.step(ctx, state)
 
@@ -243,7 +244,7 @@ def test_dp_sgd_update_follows_opacus_semantics(adult):
     run = prepare_run(RunConfig(method="dp-sgd", epsilon=1e4, steps=1, params={"batch_size": n, "clip_norm": 0.3, "lr": 0.7}), small)
     ctx = run.ctx
     ctx.plan = replace(ctx.plan, settings=replace(ctx.plan.settings, noise_std=0.0))  # compare the deterministic part
-    state = run.method.init_state(ctx, torch.Generator().manual_seed(0))
+    state = run.method.init_state(ctx, Stream(0))
     ours = run.method.step(ctx, state).params
     lin = torch.nn.Linear(X.shape[1], 2)
     with torch.no_grad():

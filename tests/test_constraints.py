@@ -140,7 +140,7 @@ def test_gaps_agree_with_fairlearn():
         y = rng.integers(0, 2, n)
         g = rng.integers(0, 3, n)
         pred = (rng.random(n) < 0.3 + 0.2 * (g == 1) + 0.3 * y).astype(int)
-        gaps = fairness_gaps(torch.as_tensor(pred), torch.as_tensor(y), torch.as_tensor(g), 3, 2)
+        gaps = fairness_gaps(torch.as_tensor(pred)[None], torch.as_tensor(y), torch.as_tensor(g), 3, 2)[0]
         assert gaps["dp_gap"] == pytest.approx(demographic_parity_difference(y, pred, sensitive_features=g))
         assert gaps["eo_gap"] == pytest.approx(equalized_odds_difference(y, pred, sensitive_features=g))
         assert gaps["fnr"] == pytest.approx(np.mean(pred[y == 1] == 0))

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from raco_bench.data import EXPECTED, ChecksumMismatchError, MissingDataError, load_dataset
-from raco_bench.data.catalog import EXPECTED_PUBLIC_FEATURES
+from raco_bench.data.catalog import EXPECTED_PUBLIC_FEATURES, TRAIN_ROWS
 from raco_bench.data.tabular import TEST_FRACTION, VALIDATION_FRACTION, build_dataset, split_indices
 
 # Counts quoted from MANIFEST.md (over all rows of each table).
@@ -43,6 +43,7 @@ def test_counts_match_manifest(name, data_root):
     assert public.train.X.min() >= 0.0 and public.train.X.max() <= 1.0
     assert ds.train.X.dtype == np.float32 and ds.train.y.dtype == np.int64 and ds.train.group.dtype == np.int64
     assert ds.sensitive_attribute not in ds.feature_names
+    assert len(public.train) == TRAIN_ROWS[name] == len(load_dataset(name, seed=3).train)  # known before loading, seed-free
     assert not any(f.startswith(ds.sensitive_attribute + "=") for f in ds.feature_names)
     if name in MANIFEST_LABELS:
         assert int(_all(ds, "y").sum()) == MANIFEST_LABELS[name]
@@ -178,3 +179,78 @@ def test_group_features_on_request(adult):
     with_s = adult.with_group_features()
     assert with_s.n_features == adult.n_features + adult.n_groups
     np.testing.assert_array_equal(with_s.train.X[:, -adult.n_groups:].argmax(1), adult.train.group)
+
+
+def test_stratified_split_agrees_with_scikit_learn():
+    """The project's split keeps every (label, group) stratum's share, as scikit-learn's stratified split does
+    (within one row per stratum); unlike scikit-learn's it also accepts a stratum of one row (the ACS samples
+    have some), which stays in the kept part."""
+    from sklearn.model_selection import train_test_split
+
+    from raco_bench.data.tabular import stratified_split
+
+    rng = np.random.default_rng(0)
+    strata = rng.choice(6, size=5000, p=[0.4, 0.3, 0.15, 0.1, 0.04, 0.01])
+    kept, held = stratified_split(strata, 0.25, np.random.default_rng(1))
+    _, sk_held = train_test_split(np.arange(strata.size), test_size=0.25, stratify=strata, random_state=1)
+    ours, theirs = np.bincount(strata[held], minlength=6), np.bincount(strata[sk_held], minlength=6)
+    assert np.abs(ours - theirs).max() <= 1 and abs(held.size - sk_held.size) <= 3
+    assert np.intersect1d(kept, held).size == 0 and kept.size + held.size == strata.size
+    single = np.array([0] * 10 + [1])
+    with pytest.raises(ValueError, match="least populated"):
+        train_test_split(np.arange(11), test_size=0.25, stratify=single, random_state=0)
+    kept, held = stratified_split(single, 0.25, np.random.default_rng(0))
+    assert 10 in kept and held.size == 2
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A real HTTP server on loopback serving ``tmp_path / 'www'`` (stopped by the test that started it)."""
+    import functools
+    import http.server
+    import threading
+
+    www = tmp_path / "www"
+    www.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(www)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield www, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_downloads_are_verified_and_written_only_when_they_match(http_root, tmp_path, monkeypatch):
+    import hashlib
+    import zipfile
+
+    from raco_bench.data import files
+
+    www, base = http_root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RACO_BENCH_DATA", str(tmp_path / "empty"))
+    monkeypatch.delenv("RACO_BENCH_OFFLINE", raising=False)
+    payload = b"age,income\n39,<=50K\n"
+    digest = hashlib.sha256(payload).hexdigest()
+    (www / "plain.csv").write_bytes(payload)
+    with zipfile.ZipFile(www / "bundle.zip", "w") as zf:
+        zf.writestr("inner/table.csv", payload)
+        zf.writestr("other.txt", b"not this one")
+    ok = files.RawFile("demo/plain.csv", digest, f"{base}/plain.csv")
+    path = files.ensure(ok)
+    assert path == files.cache_root() / "demo/plain.csv" and path.read_bytes() == payload
+    member = files.RawFile("demo/table.csv", digest, f"{base}/bundle.zip", archive_member="inner/table.csv")
+    assert files.ensure(member).read_bytes() == payload
+    for bad in (files.RawFile("demo/bad.csv", "0" * 64, f"{base}/plain.csv"),
+                files.RawFile("demo/bad_member.csv", "0" * 64, f"{base}/bundle.zip", archive_member="inner/table.csv")):
+        with pytest.raises(ChecksumMismatchError, match="Nothing was written"):
+            files.ensure(bad)
+        assert not (files.cache_root() / bad.relpath).exists()
+    assert sorted(p.name for p in (files.cache_root() / "demo").iterdir()) == ["plain.csv", "table.csv"]  # no temporary left
+    with pytest.raises(MissingDataError, match="download from .*missing.csv failed"):
+        files.ensure(files.RawFile("demo/missing.csv", digest, f"{base}/missing.csv"))

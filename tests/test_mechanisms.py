@@ -9,8 +9,7 @@ from scipy import stats
 
 from raco_bench.constraints import demographic_parity
 from raco_bench.models import MLP, LogisticRegression
-from raco_bench.privacy import noise
-from raco_bench.privacy.sampling import bernoulli_batch, poisson_batch
+from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.objective import lagrangian_residual, lagrangian_value, tempered_softmax
 from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
 
@@ -42,16 +41,20 @@ def _settings(n, private=True, **kw):
 
 
 def _state(model, data, J, seed):
-    gen = torch.Generator().manual_seed(seed)
-    params = {k: v.double() for k, v in model.init(gen).items()}
-    return TrainState(params, torch.full((J,), 0.7, dtype=torch.float64), torch.zeros(J, dtype=torch.float64), 0, gen)
+    params = {k: v.double() for k, v in model.init(Stream(seed)).items()}
+    return TrainState(params, torch.full((J,), 0.7, dtype=torch.float64), torch.zeros(J, dtype=torch.float64), 0, Stream(seed))
+
+
+def _batches(n: int, q: float, draws: int, seed: int = 0) -> list[torch.Tensor]:
+    """The production sampler: step t of a run seeded ``seed`` draws its batch from the stream (seed, t)."""
+    stream = Stream(seed)
+    return [stream.batch(t, n, q) for t in range(1, draws + 1)]
 
 
 @pytest.mark.parametrize("n,q", [(2000, 0.03), (300, 0.5), (50, 0.97)])
 def test_poisson_batch_sizes_are_binomial(n, q):
     draws = 4000
-    gen = torch.Generator().manual_seed(0)
-    sizes = np.array([len(poisson_batch(n, q, gen)) for _ in range(draws)])
+    sizes = np.array([len(b) for b in _batches(n, q, draws)])
     mean_se = np.sqrt(n * q * (1 - q) / draws)
     assert abs(sizes.mean() - n * q) < 4 * mean_se
     assert sizes.var(ddof=1) == pytest.approx(n * q * (1 - q), rel=0.1)
@@ -69,10 +72,9 @@ def test_poisson_batch_sizes_are_binomial(n, q):
 def test_poisson_membership_is_independent_with_rate_q():
     """Every index is kept with probability q, independently of its neighbours (what the gaps sampler must preserve)."""
     n, q, draws = 200, 0.1, 20_000
-    gen = torch.Generator().manual_seed(1)
     masks = torch.zeros(draws, n)
-    for t in range(draws):
-        masks[t, poisson_batch(n, q, gen)] = 1
+    for t, batch in enumerate(_batches(n, q, draws, seed=1)):
+        masks[t, batch] = 1
     rate = masks.mean(0)
     assert float((rate - q).abs().max()) < 5 * np.sqrt(q * (1 - q) / draws)
     joint = (masks[:, :-1] * masks[:, 1:]).mean(0)  # P(i and i+1 both kept) = q²
@@ -83,10 +85,10 @@ def test_poisson_membership_is_independent_with_rate_q():
 def test_gap_sampler_and_coin_flips_agree_in_distribution():
     n, q, draws = 1000, 0.02, 3000
     gen = torch.Generator().manual_seed(2)
-    a = np.array([len(poisson_batch(n, q, gen)) for _ in range(draws)])
-    b = np.array([len(bernoulli_batch(n, q, gen)) for _ in range(draws)])
+    a = np.array([len(b) for b in _batches(n, q, draws, seed=2)])
+    b = np.array([int((torch.rand(n, generator=gen) < q).sum()) for _ in range(draws)])  # n coin flips, the reference form
     assert stats.ks_2samp(a, b).pvalue > 1e-3
-    assert len(poisson_batch(n, 1.0, gen)) == n
+    assert len(Stream(0).batch(1, n, 1.0)) == n
 
 
 def test_empty_batch_is_a_valid_step():
@@ -102,8 +104,7 @@ def test_empty_batch_is_a_valid_step():
 
 
 def test_laplace_noise_has_the_stated_scale():
-    gen = torch.Generator().manual_seed(0)
-    z = noise.laplace((200_000,), 2.5, gen, torch.zeros(1, dtype=torch.float64)).numpy()
+    z = 2.5 * Stream(0).laplace(1, 200_000, dtype=torch.float64).numpy()
     assert np.abs(z).mean() == pytest.approx(2.5, rel=0.01)  # E|Lap(0,b)| = b
     assert stats.kstest(z, "laplace", args=(0, 2.5)).pvalue > 1e-3
 

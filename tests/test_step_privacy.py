@@ -29,7 +29,7 @@ MUTATIONS = {
     loss = model.lagrangian_grad_sum(state.params, batch, probs, None, s.temperature, None)
     grads = {k: grads[k] + full[k] - loss[k] for k in grads}""")],
     "Gaussian noise at 0.96 sigma C": [("alpha=s.noise_std)", "alpha=0.96 * s.noise_std)")],
-    "Laplace scale 0.97 s_L": [("noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "noise.laplace(tuple(H.shape), 0.97 * s.laplace_scale, g, H)")],
+    "Laplace scale 0.97 s_L": [("H = H + s.laplace_scale * stream.laplace(", "H = H + 0.97 * s.laplace_scale * stream.laplace(")],
     "divide by the actual batch size": [("alpha=-s.lr / s.expected_batch)", "alpha=-s.lr / max(len(idx), 1))")],
     "n-hat from the exact histogram": [
         ("        if s.laplace_scale is not None:  # line 3", "        H_exact = H\n        if s.laplace_scale is not None:  # line 3"),
@@ -38,7 +38,8 @@ MUTATIONS = {
          "        coef = data.parts_onehot(rows) @ coef_parts"),
     ],
     "clip at 1.05 C": [("coef, s.temperature, s.clip_norm)", "coef, s.temperature, 1.05 * s.clip_norm)")],
-    "histogram released without noise": [("            H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)", "            pass")],
+    "histogram released without noise": [
+        ("                H = H + s.laplace_scale * stream.laplace(t, H.numel(), dtype=H.dtype).view_as(H)", "                pass")],
 }
 
 

@@ -124,8 +124,8 @@ def test_trial_logging_is_idempotent(tmp_path):
     again = execute_trial(sgda, uri, exp, parent)
     assert again.get("reused") == 1.0 and again["val_accuracy"] == pytest.approx(first["val_accuracy"])
     # a killed attempt leaves an incomplete run: the retry reuses it instead of creating another
-    run_id, done = tracking.get_or_create_trial_run(uri, exp, parent, raco)
-    assert done is None
+    run_id, done, reused = tracking.get_or_create_trial_run(uri, exp, parent, raco)
+    assert done is None and not reused
     execute_trial(raco, uri, exp, parent)
     runs = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")
     assert Counter(r.data.tags[tracking.TRIAL_KEY] for r in runs) == {sgda["trial_key"]: 1, raco["trial_key"]: 1}
@@ -145,6 +145,81 @@ def test_trial_logging_is_idempotent(tmp_path):
     assert tags["outside_budget"].startswith("task definition: the label threshold")  # Parkinsons' median label, labelled
     # the default checkpoint rule is the last iterate: the saved model is it, and its step is T
     assert raco_run.data.metrics["reported_step"] == T
+
+
+def test_a_killed_attempt_leaves_no_duplicate_and_no_lost_metric_point(tmp_path):
+    """Curves stream while a trial trains; a retry of a killed attempt that had already streamed some points and
+    some final metrics writes each (metric, step) once, with the values an uninterrupted run logs."""
+    from raco_bench.sweeps.trial import execute_trial
+
+    spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
+                     max_steps=60, eval_every=20)
+    (trial,) = phase1_trials(spec, n_train=3745)
+    stores = {}
+    for name in ("clean", "killed"):
+        uri = f"sqlite:///{tmp_path / name}.db"
+        exp = tracking.get_or_create_experiment(uri, spec.experiment)
+        parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
+        stores[name] = (uri, exp, parent)
+    execute_trial(trial, *stores["clean"], flush_every_s=0)
+    clean_uri = stores["clean"][0]
+    clean = tracking.client(clean_uri).search_runs([stores["clean"][1]], "tags.`raco_bench.kind` = 'trial'")[0]
+    keys = [k for k in clean.data.metrics if k.startswith("eval/")]
+    want = {k: sorted((m.step, m.value) for m in tracking.client(clean_uri).get_metric_history(clean.info.run_id, k)) for k in keys}
+    # the killed attempt: it streamed the step-1 and step-20 points of every curve and one final metric, then died
+    uri, exp, parent = stores["killed"]
+    run_id, _, _ = tracking.get_or_create_trial_run(uri, exp, parent, trial)
+    live = tracking.LiveMetrics(uri, run_id, flush_every_s=0)
+    live.add([(k, v, s) for k, pts in want.items() for s, v in pts if s in (1, 20)])
+    assert len(tracking.client(uri).get_metric_history(run_id, keys[0])) == 2  # written at once, not at the end
+    tracking.client(uri).log_metric(run_id, "test_accuracy", clean.data.metrics["test_accuracy"])
+    execute_trial(trial, uri, exp, parent, flush_every_s=0)
+    c = tracking.client(uri)
+    for k, pts in want.items():
+        assert sorted((m.step, m.value) for m in c.get_metric_history(run_id, k)) == pts, k
+    assert len(c.get_metric_history(run_id, "test_accuracy")) == 1
+    timing = {"ms_per_step"}
+    got = {k: v for k, v in c.get_run(run_id).data.metrics.items() if k not in timing}
+    assert got == pytest.approx({k: v for k, v in clean.data.metrics.items() if k not in timing})
+
+
+def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_path):
+    import mlflow
+    import numpy as np
+    import torch
+
+    from raco_bench import mlflow_model
+    from raco_bench.data import load_dataset
+    from raco_bench.models import LogisticRegression
+    from raco_bench.sweeps.trial import execute_trial
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
+                     max_steps=40, eval_every=20)
+    exp = tracking.get_or_create_experiment(uri, spec.experiment)
+    parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
+    (trial,) = phase1_trials(spec, n_train=3745)
+    execute_trial(trial, uri, exp, parent)
+    run = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")[0]
+    run_id = run.info.run_id
+    ds = load_dataset("parkinsons", seed=0)
+    mlflow.set_tracking_uri(uri)
+    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    sig = model.metadata.signature
+    assert sig.inputs.input_names() == list(ds.feature_names)
+    assert sig.outputs.input_names() == ["prediction", "probability_0", "probability_1"]
+    import pandas as pd
+
+    out = model.predict(pd.DataFrame(ds.test.X.astype(np.float64), columns=list(ds.feature_names)))
+    weights = np.load(tracking.client(uri).download_artifacts(run_id, "weights.npz", str(tmp_path)))
+    params = {k: torch.as_tensor(weights[k], dtype=torch.float64) for k in weights.files}
+    logits = LogisticRegression(ds.n_features, ds.n_classes).logits(params, torch.as_tensor(ds.test.X, dtype=torch.float64)).numpy()
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), logits.argmax(1))
+    test_accuracy = float((out["prediction"].to_numpy() == ds.test.y).mean())
+    assert test_accuracy == pytest.approx(run.data.metrics["test_accuracy"], abs=1e-6)
+    # logging again (a retried attempt) keeps the one model the run has
+    mlflow_model.log_model(uri, run_id, tmp_path / "weights.npz", list(ds.feature_names), ds.n_classes)
+    assert len(mlflow_model.logged_model_ids(uri, exp, run_id)) == 1
 
 
 def test_paper_rules_are_labelled_outside_the_budget_on_the_run(tmp_path):

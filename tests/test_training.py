@@ -138,3 +138,15 @@ def test_dp_fermi_full_privacy_cli_at_epsilon_one_on_adult(tmp_path):
     assert result["privacy"]["privacy_mode"] == "full" and result["privacy"]["epsilon_spent"] <= 1.0
     assert "record-level" in result["privacy"]["notion"]
     assert result["last"]["test"]["accuracy"] >= 0.78
+
+
+def test_a_batch_larger_than_the_training_split_is_refused_before_loading(tmp_path, monkeypatch):
+    """No data file is readable here (offline, empty root): the batch-size error proves no load was attempted."""
+    from raco_bench.training.loop import prepare_run
+
+    monkeypatch.setenv("RACO_BENCH_DATA", str(tmp_path))
+    monkeypatch.setenv("RACO_BENCH_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for method in ("raco-dp", "dp-fermi", "dp-sgd"):
+        with pytest.raises(ValueError, match=r"batch_size=50000.*training split \(28829 rows"):
+            prepare_run(RunConfig(dataset="adult", method=method, params={"batch_size": 50000}))

@@ -72,6 +72,7 @@ def worlds(attack: PreprocessingAttack, split_seed: int = 0):
 def run_attack(attack: PreprocessingAttack, progress=None) -> AttackResult:
     import torch
 
+    from raco_bench.privacy.counter_rng import Stream
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
 
@@ -87,7 +88,7 @@ def run_attack(attack: PreprocessingAttack, progress=None) -> AttackResult:
         claimed = max(claimed, run.ctx.privacy["epsilon_spent"])
         stats = []
         for seed in range(attack.runs):
-            state = run.method.init_state(run.ctx, torch.Generator(device=run.ctx.device).manual_seed(seed))
+            state = run.method.init_state(run.ctx, Stream(seed, run.ctx.device))
             for _ in range(run.ctx.steps):
                 state = run.method.step(run.ctx, state)
             w = run.method.params(state)["weight"]

@@ -17,15 +17,20 @@ import torch
 
 from raco_bench.data import load_dataset
 from raco_bench.methods import get_method, registry
+from raco_bench.progress import Progress
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import train
 
 
-def _runs(ds, method: str, mode: str, lr: float, seeds: int, args) -> list:
+def _runs(ds, method: str, mode: str, lr: float, seeds: int, args, progress: Progress) -> list:
     keys = get_method(method).learning_rate_keys
     cfg = RunConfig(dataset=args.dataset, method=method, gamma=args.gamma, epsilon=args.epsilon, delta=args.delta, preprocessing=mode,
                     eval_every=10**6, params={k: lr for k in keys})
-    return [train(RunConfig(**{**cfg.to_dict(), "seed": seed}), ds) for seed in range(seeds)]
+    out = []
+    for seed in range(seeds):
+        out.append(train(RunConfig(**{**cfg.to_dict(), "seed": seed}), ds))
+        progress.advance(f"{method} {mode} lr={lr:g} seed {seed}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,10 +49,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seeds} seeds, learning rate chosen per (method, mode) on mean validation accuracy from {args.lrs}")
     print("| method | preprocessing | lr | test accuracy | test violation | epsilon spent |")
     print("|---|---|---|---|---|---|")
+    progress = Progress("bench preprocessing", len(args.methods) * len(data) * len(args.lrs) * args.seeds, every=30.0)
     for method in args.methods:
         best = {}
         for mode, ds in data.items():
-            trials = {lr: _runs(ds, method, mode, lr, args.seeds, args) for lr in args.lrs}
+            trials = {lr: _runs(ds, method, mode, lr, args.seeds, args, progress) for lr in args.lrs}
             lr = max(trials, key=lambda k: statistics.mean(r.last["val"]["accuracy"] for r in trials[k]))
             acc = [r.last["test"]["accuracy"] for r in trials[lr]]
             viol = [r.last["test"]["max_violation"] for r in trials[lr]]

@@ -20,6 +20,8 @@ import torch
 
 from raco_bench.data import load_dataset
 from raco_bench.methods import METHOD_NAMES, timing_reference
+from raco_bench.privacy.counter_rng import Stream
+from raco_bench.progress import Progress
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import prepare_run
 
@@ -40,8 +42,7 @@ class Timing:
 
 def _method_runner(method: str, ds, batch_size: int, seed: int, device: str):
     run = prepare_run(RunConfig(dataset=ds.name, method=method, device=device, params={"batch_size": batch_size}), ds)
-    gen = torch.Generator(device=run.ctx.device).manual_seed(seed)
-    box = [run.method.init_state(run.ctx, gen)]
+    box = [run.method.init_state(run.ctx, Stream(seed, run.ctx.device))]
 
     def timed(steps: int) -> float:
         sync = torch.cuda.synchronize if run.ctx.device.type == "cuda" else (lambda: None)
@@ -59,7 +60,7 @@ def _method_runner(method: str, ds, batch_size: int, seed: int, device: str):
 
 def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, clip: float = 1.0, sigma: float = 1.0):
     """Logistic-regression DP-SGD written the usual ways: torch.func vmap(grad), or Opacus' GradSampleModule."""
-    from raco_bench.privacy.sampling import poisson_batch
+    import itertools
 
     torch.manual_seed(seed)
     dev = torch.device(device)
@@ -67,6 +68,7 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, cl
     y = torch.as_tensor(ds.train.y, device=dev)
     n, q = len(X), batch_size / len(X)
     gen = torch.Generator(device=dev).manual_seed(seed)
+    stream, steps_taken = Stream(seed, dev), itertools.count(1)  # the suite's Poisson sampler, as the methods use it
     model = torch.nn.Linear(X.shape[1], ds.n_classes).to(dev)
     loss_fn = torch.nn.CrossEntropyLoss()
     if kind == "vmap-reference":
@@ -76,7 +78,7 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, cl
         per_sample = vmap(grad(lambda p, x, t: loss_fn(functional_call(model, p, (x[None],)), t[None])), in_dims=(None, 0, 0))
 
         def step():
-            idx = poisson_batch(n, q, gen, dev)
+            idx = stream.batch(next(steps_taken), n, q)
             g = per_sample(params, X[idx], y[idx])
             norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
             f = (clip / (norms + 1e-12)).clamp(max=1.0)
@@ -86,15 +88,18 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, cl
     else:
         import warnings
 
-        from opacus import GradSampleModule
-        from opacus.optimizers import DPOptimizer
+        try:
+            from opacus import GradSampleModule
+            from opacus.optimizers import DPOptimizer
+        except ImportError:
+            raise ImportError("the opacus-reference needs Opacus, an optional extra: pip install -e '.[opacus]'") from None
 
         warnings.filterwarnings("ignore")
         gsm = GradSampleModule(model)
         opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.5), noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=batch_size)
 
         def step():
-            idx = poisson_batch(n, q, gen, dev)
+            idx = stream.batch(next(steps_taken), n, q)
             opt.zero_grad()
             loss_fn(gsm(X[idx]), y[idx]).backward()
             opt.step()
@@ -110,16 +115,19 @@ def _reference_runner(kind: str, ds, batch_size: int, seed: int, device: str, cl
 
 def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds=15, steps=200, warmup=100, device="cpu", seed=0) -> list[Timing]:
     out: list[Timing] = []
+    progress = Progress("bench steptime", len(datasets) * len(methods) * (rounds + 1))
     for name in datasets:
         ds = load_dataset(name)
         runners = {m: (_reference_runner if m in REFERENCES else _method_runner)(m, ds, batch_size, seed, device) for m in methods}
-        for run in runners.values():
+        for m, run in runners.items():
             run(warmup)
+            progress.advance(f"{name} {m} warm-up")
         samples: dict[str, list[float]] = {m: [] for m in methods}
         order = list(methods)
         for r in range(rounds):
             for m in order[r % len(order):] + order[: r % len(order)]:
                 samples[m].append(runners[m](steps))
+                progress.advance(f"{name} round {r + 1}/{rounds} {m}")
         for m in methods:
             out.append(Timing(m, name, batch_size, statistics.fmean(samples[m]), statistics.stdev(samples[m]) if rounds > 1 else 0.0, rounds, steps))
     return out

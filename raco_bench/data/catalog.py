@@ -357,6 +357,12 @@ EXPECTED = {
     "acs-income": {"rows": 2321, "features": 9, "groups": 9},
 }
 
+# Rows of the training split: the same for every split seed, since each (label, group) stratum holds out
+# round(fraction × its size) rows (raco_bench.data.tabular.stratified_split). Known before loading, so a
+# batch size that cannot fit is refused before any file is read; tests check them against the loaded data.
+TRAIN_ROWS = {"adult": 28829, "credit": 19126, "parkinsons": 3745, "heart": 161722, "acs-employment": 3187, "acs-income": 1479,
+              "synthetic": 1914}
+
 
 def get_spec(name: str) -> DatasetSpec:
     try:

@@ -34,6 +34,7 @@ from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import TabularDataset
 from raco_bench.models import Params
 from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
+from raco_bench.privacy.counter_rng import Stream
 from raco_bench.settings import check_positive, parse_dataclass, parse_value
 
 __all__ = ["Budget", "Context", "Method", "PrivacyPlan", "check_positive", "parse_dataclass", "parse_value"]
@@ -124,6 +125,14 @@ class Method(ABC):
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""
         return parse_dataclass(self.Hyper, overrides or {}, owner=f"method {self.name}")
 
+    def check_train_size(self, hyper: Any, n_train: int) -> None:
+        """Refuse, before any data is loaded, hyperparameters that cannot fit ``n_train`` training rows
+        (by default: an expected batch size larger than the training split)."""
+        batch = getattr(hyper, "batch_size", None)
+        if batch is not None and batch > n_train:
+            raise ValueError(f"invalid batch_size={batch}: the expected batch size cannot exceed the training split "
+                             f"({n_train} rows, so q = batch_size / n_train would exceed 1); choose batch_size <= {n_train}")
+
     def supports(self, constraint: str) -> str | None:
         """None if the method can train with ``constraint``, else the reason it cannot."""
         return None
@@ -150,8 +159,8 @@ class Method(ABC):
         """Set ``ctx.plan``, ``ctx.steps`` and ``ctx.privacy``; raise ValueError on a bad plan."""
 
     @abstractmethod
-    def init_state(self, ctx: Context, generator: torch.Generator) -> Any:
-        """The initial state; it must hold the generator and expose ``params``."""
+    def init_state(self, ctx: Context, stream: Stream) -> Any:
+        """The initial state; it must hold the run's random stream (every draw comes from it) and expose ``params``."""
 
     @abstractmethod
     def step(self, ctx: Context, state: Any) -> Any:

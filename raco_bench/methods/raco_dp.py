@@ -26,6 +26,7 @@ from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_
 from raco_bench.models import build_model
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon
 from raco_bench.privacy.calibration import StepsProblem
+from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
 
 BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
@@ -238,10 +239,10 @@ class LagrangianSGDA(Method):
             details=tuple(details.items()),
         )
 
-    def init_state(self, ctx: Context, generator: torch.Generator) -> TrainState:
+    def init_state(self, ctx: Context, stream: Stream) -> TrainState:
         J = ctx.problem.n_constraints if self.constrained else 0
         zeros = torch.zeros(J, device=ctx.device)
-        return TrainState(self.model(ctx).init(generator, ctx.device), zeros, zeros.clone(), 0, generator)
+        return TrainState(self.model(ctx).init(stream), zeros, zeros.clone(), 0, stream)
 
     def step(self, ctx: Context, state: TrainState) -> TrainState:
         plan = ctx.plan
@@ -250,11 +251,16 @@ class LagrangianSGDA(Method):
         return new
 
     def report(self, ctx: Context, state: TrainState) -> dict:
-        if not self.constrained or state.last_release is None:
-            return {}
-        est = state.last_release.constraint_estimates
-        label = "noisy_constraint_max" if self.private else "batch_constraint_max_nonprivate"
-        return {"lambda_max": float(state.lam.max()), label: float(est.max())}
+        return lagrangian_report(self, state.lam, state.last_release.constraint_estimates if state.last_release is not None else None)
+
+
+def lagrangian_report(method: LagrangianSGDA, lam: torch.Tensor, estimates: torch.Tensor | None) -> dict:
+    """The diagnostics a Lagrangian run logs at each evaluation: the largest multiplier and the largest Γ̂ of
+    the last step (a released, noisy value for private members; an exact batch value otherwise)."""
+    if not method.constrained or estimates is None:
+        return {}
+    label = "noisy_constraint_max" if method.private else "batch_constraint_max_nonprivate"
+    return {"lambda_max": float(lam.max()), label: float(estimates.max())}
 
 
 class RacoDP(LagrangianSGDA):

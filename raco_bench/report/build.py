@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.progress import Progress
 from raco_bench.report import figures
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
@@ -91,7 +92,9 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                  walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.require_existing_store(uri)
+    progress = Progress("report", 5, every=0.0)
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
+    progress.advance(f"{len(df)} runs loaded from {uri}")
     refs = load_references(references, set(df["dataset"]))
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
@@ -109,6 +112,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.files += figures.tradeoff_figure(agg, df, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
                                                 f"{dataset}: accuracy vs false-negative rate", minimise_y=False, references=refs,
                                                 reference_xy=lambda r: (r["violation"], 1 - r["error"]))
+    progress.advance("trade-off figures")
 
     selections = _selections(uri, exp_id, df)
     for sel in selections:
@@ -123,6 +127,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.files += figures.satisfaction_figure(sat, df, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction")
     elif not selections:
         report.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
+    progress.advance("satisfaction figure")
 
     wall = load_walltime(uri, walltime_experiment)
     if wall is not None:
@@ -130,8 +135,10 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     else:
         report.notes.append(f"no wall-time benchmark in experiment {walltime_experiment!r}; run `raco-bench bench walltime` to add the table.")
     _write_index(report, experiment, uri, df)
+    progress.advance("wall-time tables and index")
     if log_to_mlflow:
         _log(uri, exp_id, df, out)
+    progress.advance("logged to MLflow" if log_to_mlflow else "not logged to MLflow (--no-mlflow)")
     return report
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -51,24 +52,13 @@ def load_walltime(uri: str, experiment: str = WALLTIME_EXPERIMENT) -> pd.DataFra
 
 
 def markdown_table(df: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+    return df.to_markdown(index=False)
 
 
 def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
-    def esc(v) -> str:
-        text = str(v)
-        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
-            text = text.replace(a, b)
-        return text.replace("±", r"$\pm$")
-
-    lines = [r"\begin{table}[t]", r"\centering", r"\begin{tabular}{" + "l" * len(df.columns) + "}", r"\toprule",
-             " & ".join(esc(c) for c in df.columns) + r" \\", r"\midrule"]
-    lines += [" & ".join(esc(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{esc(caption)}}}", rf"\label{{{label}}}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
+    """A booktabs table (pandas escapes the cells; the caption is escaped here, and ± becomes $\\pm$)."""
+    caption = re.sub(r"([&%_#$])", r"\\\1", caption)
+    return df.to_latex(index=False, escape=True, caption=caption, label=label, position="t").replace("±", r"$\pm$")
 
 
 def write_walltime_tables(df: pd.DataFrame, out: Path, stem: str = "walltime") -> list[Path]:

@@ -15,6 +15,7 @@ import time
 
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
+from raco_bench.progress import Progress
 from raco_bench.sweeps.spec import SweepSpec
 
 
@@ -44,8 +45,13 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
     t0 = time.perf_counter()
     if missing:
         solve = ray.remote(num_cpus=1)(_solve)
-        for key, value in zip(missing, ray.get([solve.remote(problems[k]) for k in missing])):
-            cache.put(key, value)
+        pending = {solve.remote(problems[k]): k for k in missing}
+        progress = Progress("calibration", len(missing))
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            key = pending.pop(ready[0])
+            cache.put(key, ray.get(ready[0]))
+            progress.advance()
     values = {key: cache.solve(problem) for key, problem in problems.items()}  # each re-verified against its budget once
     for t, method, problem in owners:
         fixed = method.calibrated(problem, values[problem.key()])

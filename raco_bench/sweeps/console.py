@@ -11,6 +11,8 @@ from typing import TextIO
 
 from ray import tune
 
+from raco_bench.progress import bar, duration
+
 STATUS_DONE, STATUS_ERROR, STATUS_RUNNING = "TERMINATED", "ERROR", "RUNNING"
 
 
@@ -30,12 +32,9 @@ class PhaseProgress(tune.Callback):
         running = sum(t.status == STATUS_RUNNING for t in trials)
         elapsed = time.monotonic() - self.start
         rate = done / elapsed if elapsed > 0 else 0.0
-        eta = f"{(self.total - done - failed) / rate:.0f}s" if rate > 0 else "?"
-        width = 24
-        filled = int(width * done / max(self.total, 1))
-        bar = "#" * filled + "." * (width - filled)
-        return (f"[phase {self.phase}] [{bar}] {done}/{self.total} done, {running} running, {failed} failed, "
-                f"{elapsed:.0f}s elapsed, ETA {eta}")
+        eta = duration((self.total - done - failed) / rate) if rate > 0 else "?"
+        return (f"[phase {self.phase}] {bar(done, self.total)} {done}/{self.total} done, {running} running, {failed} failed, "
+                f"{duration(elapsed)} elapsed, ETA {eta}")
 
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()

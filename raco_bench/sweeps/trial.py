@@ -3,9 +3,11 @@
 Every method of a sweep reports its model under the sweep's one checkpoint rule (``checkpoint``:
 ``last``, the private last iterate, or ``paper``, the papers' selection, outside the budget and
 labelled), so a figure never compares unlike rules. Last-iterate metrics are always logged too
-(``last_*``); the artifacts hold the reported model (``weights.npz``) and the last iterate beside
-it (``weights_last.npz``). What the run read outside the budget is in the ``outside_budget`` tag. Evaluation curves are step-indexed
-metrics named ``eval/<split>_<metric>`` (steps = training steps), kept apart from the reported values.
+(``last_*``); the artifacts hold the reported model (``weights.npz``, and as a loadable MLflow pyfunc
+model with its signature, see :mod:`raco_bench.mlflow_model`) and the last iterate beside it
+(``weights_last.npz``). What the run read outside the budget is in the ``outside_budget`` tag. Evaluation curves are step-indexed
+metrics named ``eval/<split>_<metric>`` (steps = training steps), kept apart from the reported values,
+and streamed to MLflow while the trial trains (batched, see :class:`raco_bench.tracking.LiveMetrics`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raco_bench import tracking
+from raco_bench import mlflow_model, tracking
 from raco_bench.methods import get_method
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "satisfied")
@@ -88,7 +90,17 @@ def summary_from_run(run) -> dict:
             "epsilon_spent": m.get("epsilon_spent", math.nan), "reused": 1.0}
 
 
-def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu") -> dict:
+def history_points(entry: dict) -> list[tracking.Point]:
+    """One evaluation's step-indexed points: ``eval/<split>_<metric>`` and whatever the method's report() returns as ``eval/<name>``."""
+    step = entry["step"]
+    points = [(f"eval/{split}_{k}", float(entry[split][k]), step) for split in ("train", "val", "test")
+              for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
+    points += [(f"eval/{k}", float(v), step) for k, v in entry.items() if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]
+    return points
+
+
+def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
+                  flush_every_s: float = 10.0) -> dict:
     """Train and log one trial; a trial already complete in MLflow is returned without retraining."""
     import torch
 
@@ -96,7 +108,7 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
     from raco_bench.training.loop import train
 
     torch.set_num_threads(1)  # one CPU per trial
-    run_id, done = tracking.get_or_create_trial_run(tracking_uri, experiment_id, parent_run_id, trial)
+    run_id, done, reused = tracking.get_or_create_trial_run(tracking_uri, experiment_id, parent_run_id, trial)
     if done is not None:
         return summary_from_run(done)
     device, gpu_ids = _device(device)
@@ -114,7 +126,10 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
         selection_noise=trial.get("selection_noise", 50.0), selection_checkpoints=trial.get("selection_checkpoints", 5),
     )
-    result = train(cfg, dataset=_dataset(trial["dataset"], cfg.split_seed, cfg.preprocessing))
+    dataset = _dataset(trial["dataset"], cfg.split_seed, cfg.preprocessing)
+    live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s, reused=reused)
+    result = train(cfg, dataset=dataset, progress=lambda entry: live.add(history_points(entry)))
+    live.flush()
     reported = result.reported
     metrics: dict[str, float] = {}
     for split in ("train", "val", "test"):
@@ -125,10 +140,6 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
                    reported_step=float(reported.get("step", result.steps)))
     if p.get("epsilon_separate_composition_reference") is not None:
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
-    history = [(f"eval/{split}_{k}", float(entry[split][k]), entry["step"]) for entry in result.history for split in ("train", "val", "test")
-               for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
-    history += [(f"eval/{k}", float(v), entry["step"]) for entry in result.history for k, v in entry.items()
-                if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]  # whatever the method's report() returns
     params = {**run_params(result.config, p["private"]), **result.hyperparameters}
     for k, v in trial.get("calibrated", {}).items():  # calibrated, not searched: logged as such
         params.pop(k, None)
@@ -144,11 +155,14 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
         np.savez(weights, **result.reported_params)
         np.savez(weights_last, **result.final_params)
+        columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
+                                                 tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
         tracking.log_trial(
-            tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, history, tags,
+            tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, [], tags,
             {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
                                         "privacy": p}, indent=2, default=str)},
             {"weights.npz": weights, "weights_last.npz": weights_last},
+            model=lambda: mlflow_model.log_model(tracking_uri, run_id, weights, columns, dataset.n_classes),
         )
     return {k: metrics[k] for k in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent") if k in metrics}
 

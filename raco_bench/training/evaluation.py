@@ -41,47 +41,68 @@ class EvalSplit:
         )
 
 
-def _cell_rate_gap(pred: torch.Tensor, cell: torch.Tensor, n_cells: int, n_classes: int) -> torch.Tensor:
-    """Per class k, (max − min) over non-empty cells of P(ŷ = k | cell); returns the max over k."""
-    onehot = torch.nn.functional.one_hot(pred, n_classes).to(torch.float64)
-    counts = torch.zeros(n_cells, dtype=torch.float64, device=pred.device).index_add_(0, cell, torch.ones_like(cell, dtype=torch.float64))
-    sums = torch.zeros(n_cells, n_classes, dtype=torch.float64, device=pred.device).index_add_(0, cell, onehot)
+def _cell_rate_gaps(pred_onehot: torch.Tensor, cell: torch.Tensor, n_cells: int) -> torch.Tensor:
+    """Per model, max over classes k of (max − min) over non-empty cells of P(ŷ = k | cell); K values."""
+    K = pred_onehot.shape[0]
+    cell_onehot = torch.nn.functional.one_hot(cell, n_cells).to(torch.float64)  # N × cells
+    counts = cell_onehot.sum(0)
     present = counts > 0
-    if present.sum() < 2:
-        return torch.zeros((), dtype=torch.float64)
-    rates = sums[present] / counts[present, None]
-    return (rates.max(0).values - rates.min(0).values).max()
+    if int(present.sum()) < 2:
+        return torch.zeros(K, dtype=torch.float64, device=pred_onehot.device)
+    sums = torch.matmul(cell_onehot.T, pred_onehot)  # K × cells × c
+    rates = sums[:, present] / counts[present][None, :, None]
+    return (rates.max(1).values - rates.min(1).values).max(1).values
 
 
-def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> dict[str, float]:
-    out = {"dp_gap": float(_cell_rate_gap(pred, group, n_groups, n_classes))}
-    eo = [
-        _cell_rate_gap(pred[y == label], group[y == label], n_groups, n_classes)
-        for label in range(n_classes)
-        if bool((y == label).any())
-    ]
-    out["eo_gap"] = float(max(eo)) if eo else 0.0
+def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
+    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N)."""
+    onehot = torch.nn.functional.one_hot(pred, n_classes).to(torch.float64)
+    dp = _cell_rate_gaps(onehot, group, n_groups)
+    eo = [_cell_rate_gaps(onehot[:, y == label], group[y == label], n_groups) for label in range(n_classes) if bool((y == label).any())]
+    eo_gap = torch.stack(eo).max(0).values if eo else torch.zeros_like(dp)
+    out = [{"dp_gap": float(a), "eo_gap": float(b)} for a, b in zip(dp, eo_gap)]
     if n_classes == 2:
         positives = y == 1
-        out["fnr"] = float((pred[positives] != 1).double().mean()) if bool(positives.any()) else 0.0
+        fnr = (pred[:, positives] != 1).double().mean(1) if bool(positives.any()) else torch.zeros_like(dp)
+        for entry, value in zip(out, fnr):
+            entry["fnr"] = float(value)
     return out
 
 
+def _rate_values(rates: CompiledRates, probs: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
+    """Γ_j of K models from their (soft or hard) predictions K × N × c: K × J (eq. 6)."""
+    part_onehot = torch.nn.functional.one_hot(parts, rates.n_parts).to(probs.dtype)
+    H = torch.matmul(part_onehot.T, probs)  # K × P × c (eq. 8)
+    MH = torch.matmul(rates.membership, H)
+    sizes = MH.sum(-1, keepdim=True).clamp_min(1.0)
+    return (MH / sizes).reshape(H.shape[0], -1) @ rates.weights.T
+
+
 @torch.no_grad()
-def evaluate(model, params, split: EvalSplit, tau: float, n_groups: int, n_classes: int, rates: CompiledRates | None) -> dict:
-    logits = model.logits(params, split.X)
-    pred = logits.argmax(1)
-    metrics: dict = {"accuracy": float((pred == split.y).double().mean()) if len(split.y) else float("nan")}
-    metrics["error"] = 1.0 - metrics["accuracy"]
-    metrics.update(fairness_gaps(pred, split.y, split.group, n_groups, n_classes))
+def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
+                    rates: CompiledRates | None, gammas: torch.Tensor | None) -> list[dict]:
+    """The metrics of K models from their logits on ``split`` (K × N × c), one dict per model.
+
+    ``taus`` are the models' temperatures (for the soft constraint values) and ``gammas`` (K × J)
+    their targets; a single run evaluates with K = 1, a pack evaluates its due models at once.
+    """
+    pred = logits.argmax(-1)
+    N = len(split.y)
+    accuracy = (pred == split.y).double().mean(1) if N else torch.full((pred.shape[0],), float("nan"))
+    out = fairness_gaps(pred, split.y, split.group, n_groups, n_classes)
+    for entry, acc in zip(out, accuracy):
+        entry["accuracy"] = float(acc)
+        entry["error"] = 1.0 - entry["accuracy"]
     if rates is not None:
         hard = torch.nn.functional.one_hot(pred, n_classes).to(logits.dtype)
-        values = rates.values(rates.histogram(hard, split.parts)).double()
-        soft = rates.values(rates.histogram(tempered_softmax(logits, tau), split.parts)).double()
-        gamma = rates.gamma.double()
-        metrics["constraint_values"] = values.cpu().tolist()
-        metrics["max_constraint"] = float(values.max())
-        metrics["max_violation"] = float((values - gamma).max().clamp_min(0.0))
-        metrics["satisfied"] = bool((values <= gamma + 1e-12).all())
-        metrics["max_soft_constraint"] = float(soft.max())
-    return metrics
+        values = _rate_values(rates, hard, split.parts).double()
+        tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)[:, None, None]
+        soft = _rate_values(rates, tempered_softmax(logits, tau), split.parts).double()
+        gammas = gammas.double()
+        for k, entry in enumerate(out):
+            entry["constraint_values"] = values[k].cpu().tolist()
+            entry["max_constraint"] = float(values[k].max())
+            entry["max_violation"] = float((values[k] - gammas[k]).max().clamp_min(0.0))
+            entry["satisfied"] = bool((values[k] <= gammas[k] + 1e-12).all())
+            entry["max_soft_constraint"] = float(soft[k].max())
+    return out

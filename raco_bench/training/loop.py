@@ -28,11 +28,13 @@ import torch
 
 from raco_bench.constraints import build_constraint
 from raco_bench.data import TabularDataset, load_dataset
+from raco_bench.data.catalog import TRAIN_ROWS
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
+from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
-from raco_bench.training.evaluation import EvalSplit, evaluate
+from raco_bench.training.evaluation import EvalSplit, evaluate_logits
 from raco_bench.training.selection import PrivateSelector, selection_steps
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
@@ -77,6 +79,8 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     cfg.validate()
     method = get_method(cfg.method)
     hyper = method.hyperparameters(cfg.params)
+    if dataset is None and cfg.dataset in TRAIN_ROWS:
+        method.check_train_size(hyper, TRAIN_ROWS[cfg.dataset])  # before the (slow) load
     ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing)
     if ds.preprocessing != cfg.preprocessing:
         raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
@@ -108,74 +112,99 @@ def _progress_printer(stream=sys.stderr) -> Callable[[dict], None]:
     return show
 
 
+class RunRecorder:
+    """Everything a run does around its steps, for one configuration: when it evaluates, what it
+    records, its checkpoint rule and its :class:`RunResult`. A single run (:func:`execute`) and a
+    pack (:mod:`raco_bench.packs`) drive the same recorder, so a configuration ends with the same
+    result either way."""
+
+    def __init__(self, run: Run, show: Callable[[dict], None] | None = None) -> None:
+        ctx, cfg = run.ctx, run.ctx.run
+        self.run, self.show, self.T = run, show, ctx.steps
+        self.history: list[dict] = []
+        self.selected: dict | None = None
+        self.selected_params: dict | None = None
+        self.private_params: dict | None = None
+        self.selector = PrivateSelector.for_run(cfg.selection, ctx.rates, cfg.seed, ctx.device) if cfg.selection is not None else None
+        self.select_at = set(selection_steps(self.T, cfg.selection.count)) if self.selector is not None else set()
+        self.eval_at = set(range(cfg.eval_every, self.T + 1, cfg.eval_every)) | {1, self.T} | self.select_at
+
+    def wants(self, t: int) -> bool:
+        return t in self.eval_at
+
+    def observe(self, t: int, params: dict, metrics: dict[str, dict], report: dict, val_logits: torch.Tensor | None) -> None:
+        """Record the evaluation at step ``t``: ``metrics`` per split, the method's ``report``, the validation logits."""
+        cfg = self.run.ctx.run
+        if t in self.select_at and self.selector.observe(t, val_logits, self.run.evals["val"]):
+            self.private_params = snapshot(params)
+        entry: dict[str, Any] = {"step": t, "total": self.T, **metrics, **report}
+        self.history.append(entry)
+        if self.show:
+            self.show(entry)
+        if entry["train"]["satisfied"] and (self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
+            self.selected = {k: entry[k] for k in ("step", "train", "val", "test")}
+            if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
+                self.selected_params = snapshot(params)
+
+    def result(self, final_params: dict, step_time: float) -> RunResult:
+        run, ctx = self.run, self.run.ctx
+        cfg, ds, T, history = ctx.run, ctx.dataset, self.T, self.history
+        selected = self.selected
+        if selected is not None:
+            selected["label"] = SELECTION_LABEL
+        last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
+        chosen, chosen_params = None, None
+        if cfg.checkpoint == "paper" and selected is not None:
+            chosen, chosen_params = selected, self.selected_params
+        elif self.selector is not None and self.selector.best is not None:
+            step = self.selector.best["step"]
+            entry = next(e for e in history if e["step"] == step)
+            chosen = {"step": step, **{k: entry[k] for k in ("train", "val", "test")},
+                      "noisy_validation": {k: v for k, v in self.selector.best.items() if k != "noisy_counts"}}
+            chosen_params = self.private_params
+        fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
+        reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
+        return RunResult(
+            config=cfg.to_dict(),
+            hyperparameters=run.method.applicable(ctx.hyper),
+            dataset={"name": ds.name, "n_train": ctx.n_train, "n_val": len(ds.val), "n_test": len(ds.test), "n_features": ds.n_features,
+                     "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note},
+            privacy=ctx.privacy,
+            steps=T,
+            history=history,
+            last=last,
+            selected=selected,
+            reported=reported,
+            timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1)},
+            final_params=final_params,
+            reported_params=chosen_params if chosen is not None else final_params,
+            selection_releases=self.selector.releases if self.selector is not None else [],
+        )
+
+
 def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> RunResult:
     method, ctx = run.method, run.ctx
-    cfg, ds, T = ctx.run, ctx.dataset, ctx.steps
     show = _progress_printer() if progress is True else (progress or None)
-    gen = torch.Generator(device=ctx.device)
-    gen.manual_seed(cfg.seed)
-    state = method.init_state(ctx, gen)
+    recorder = RunRecorder(run, show)
+    state = method.init_state(ctx, Stream(ctx.run.seed, ctx.device))
     model = method.model(ctx)
-    history: list[dict] = []
-    selected: dict | None = None
-    selected_params: dict | None = None
-    selector = PrivateSelector.for_run(cfg.selection, ctx.rates, cfg.seed, ctx.device) if cfg.selection is not None else None
-    private_params: dict | None = None
-    select_at = set(selection_steps(T, cfg.selection.count)) if selector is not None else set()
+    tau = getattr(ctx.hyper, "temperature", 1.0)
+    gammas = ctx.rates.gamma[None] if ctx.rates is not None else None
     step_time = 0.0
-    eval_at = set(range(cfg.eval_every, T + 1, cfg.eval_every)) | {1, T} | select_at
-    for t in range(1, T + 1):
+    for t in range(1, ctx.steps + 1):
         s0 = time.perf_counter()
         state = method.step(ctx, state)
         step_time += time.perf_counter() - s0
-        if t in select_at and selector.observe(t, model.logits(method.params(state), run.evals["val"].X), run.evals["val"]):
-            private_params = _snapshot(method.params(state))
-        if t in eval_at:
-            entry: dict[str, Any] = {"step": t, "total": T}
-            for name, split in run.evals.items():
-                entry[name] = evaluate(model, method.params(state), split, getattr(ctx.hyper, "temperature", 1.0), ds.n_groups, ds.n_classes, ctx.rates)
-            entry.update(method.report(ctx, state))
-            history.append(entry)
-            if show:
-                show(entry)
-            if entry["train"]["satisfied"] and (selected is None or entry["val"]["accuracy"] > selected["val"]["accuracy"]):
-                selected = {k: entry[k] for k in ("step", "train", "val", "test")}
-                if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
-                    selected_params = _snapshot(method.params(state))
-    if selected is not None:
-        selected["label"] = SELECTION_LABEL
-    last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
-    final_params = _snapshot(method.params(state))
-    chosen, chosen_params = None, None
-    if cfg.checkpoint == "paper" and selected is not None:
-        chosen, chosen_params = selected, selected_params
-    elif selector is not None and selector.best is not None:
-        step = selector.best["step"]
-        entry = next(e for e in history if e["step"] == step)
-        chosen = {"step": step, **{k: entry[k] for k in ("train", "val", "test")},
-                  "noisy_validation": {k: v for k, v in selector.best.items() if k != "noisy_counts"}}
-        chosen_params = private_params
-    fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
-    reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
-    return RunResult(
-        config=cfg.to_dict(),
-        hyperparameters=method.applicable(ctx.hyper),
-        dataset={"name": ds.name, "n_train": ctx.n_train, "n_val": len(ds.val), "n_test": len(ds.test), "n_features": ds.n_features,
-                 "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note},
-        privacy=ctx.privacy,
-        steps=T,
-        history=history,
-        last=last,
-        selected=selected,
-        reported=reported,
-        timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1)},
-        final_params=final_params,
-        reported_params=chosen_params if chosen is not None else final_params,
-        selection_releases=selector.releases if selector is not None else [],
-    )
+        if recorder.wants(t):
+            params = method.params(state)
+            logits = {name: model.logits(params, split.X)[None] for name, split in run.evals.items()}
+            metrics = {name: evaluate_logits(logits[name], split, [tau], ctx.dataset.n_groups, ctx.dataset.n_classes, ctx.rates, gammas)[0]
+                       for name, split in run.evals.items()}
+            recorder.observe(t, params, metrics, method.report(ctx, state), logits["val"][0])
+    return recorder.result(snapshot(method.params(state)), step_time)
 
 
-def _snapshot(params: dict) -> dict:
+def snapshot(params: dict) -> dict:
     return {k: v.detach().cpu().numpy().copy() for k, v in params.items()}
 
 

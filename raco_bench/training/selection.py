@@ -10,7 +10,7 @@ the noisy counts: the noisy validation accuracy Σ_{l,y} Ñ[l,y,y] / Σ Ñ and t
 values from Ĥ[l, k] = Σ_y Ñ[l, y, k] (eq. 12, n̂ = max(1, row sums)). The rule mirrors the papers':
 the best noisy accuracy among checkpoints whose noisy constraints all hold, else the last iterate.
 
-The Laplace draws come from their own generator (seeded from the run's seed), so the training
+The Laplace draws come from their own stream (the run's seed, purpose SELECTION, the checkpoint's step), so the training
 trajectory is the same whatever the checkpoint rule.
 """
 
@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
-from raco_bench.privacy import noise
 from raco_bench.privacy.accounting import SelectionRelease
+from raco_bench.privacy.counter_rng import SELECTION, Stream
 from raco_bench.training.evaluation import EvalSplit
-
-SELECTION_SEED_OFFSET = 0x5E1EC7  # the selection generator's seed is the run seed plus this
 
 
 def selection_steps(total_steps: int, count: int) -> list[int]:
@@ -54,20 +52,18 @@ def noisy_scores(noisy: torch.Tensor, rates: CompiledRates) -> tuple[float, torc
 class PrivateSelector:
     release: SelectionRelease
     rates: CompiledRates
-    generator: torch.Generator
+    stream: Stream
     best: dict | None = None
     releases: list[dict] = field(default_factory=list)  # every noisy release, for audits and tests
 
     @staticmethod
     def for_run(release: SelectionRelease, rates: CompiledRates, seed: int, device: torch.device) -> "PrivateSelector":
-        gen = torch.Generator(device=device)
-        gen.manual_seed(int(seed) + SELECTION_SEED_OFFSET)
-        return PrivateSelector(release, rates, gen)
+        return PrivateSelector(release, rates, Stream(seed, device))
 
     def observe(self, step: int, logits: torch.Tensor, split: EvalSplit) -> bool:
         """Release this checkpoint's noisy counts; True if it is now the selected checkpoint."""
         exact = validation_counts(logits, split, self.rates.n_parts, self.rates.n_classes)
-        noisy = exact + noise.laplace(tuple(exact.shape), self.release.laplace_scale, self.generator, exact)
+        noisy = exact + self.release.laplace_scale * self.stream.laplace(step, exact.numel(), SELECTION, exact.dtype).view_as(exact)
         accuracy, values = noisy_scores(noisy, self.rates)
         feasible = bool((values <= self.rates.gamma.double()).all())
         entry = {"step": step, "noisy_val_accuracy": accuracy, "noisy_val_max_constraint": float(values.max()),

@@ -1,7 +1,9 @@
 """One step of (DP) stochastic gradient descent-ascent: Algorithm 1 of the RaCO-DP paper.
 
-The step is a function of explicit state (parameters, multipliers, dual velocity, generator) and
-returns the new state, so many configurations can later be batched. The same function covers:
+The step is a function of explicit state (parameters, multipliers, dual velocity, step count and the
+run's random stream) and returns the new state. Step t draws its batch and noise from the counter
+generator's streams of (seed, t) (:mod:`raco_bench.privacy.counter_rng`), so the same configuration
+draws the same numbers inside a pack (:mod:`raco_bench.packs`). The same function covers:
 
 * RaCO-DP: clipping, Gaussian noise and a Laplace-noised histogram;
 * non-private SGDA: exact histogram, no clipping, no noise;
@@ -18,8 +20,7 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.models import Batch, Params
-from raco_bench.privacy import noise
-from raco_bench.privacy.sampling import poisson_batch
+from raco_bench.privacy.counter_rng import HISTOGRAM_BATCH, Stream
 from raco_bench.training.objective import tempered_softmax
 
 
@@ -29,7 +30,7 @@ class TrainState:
     lam: torch.Tensor  # J multipliers, λ_0 = 0
     dual_velocity: torch.Tensor
     step: int
-    generator: torch.Generator
+    stream: Stream
     last_release: "StepRelease | None" = None
 
 
@@ -116,7 +117,7 @@ class StepDraws:
 def _histogram(state: TrainState, data: TrainData, model, s: StepSettings, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """Line 2: H[l, k] = Σ_{x∈B∩D_l} p_k(x) on the gradient batch (shared) or a fresh batch (independent)."""
     if s.histogram_batch == "independent":
-        hidx = poisson_batch(data.n, s.histogram_sampling_rate or s.sampling_rate, state.generator, data.X.device)
+        hidx = state.stream.batch(state.step + 1, data.n, s.histogram_sampling_rate or s.sampling_rate, HISTOGRAM_BATCH)
         rows = data.table[hidx]
         probs = tempered_softmax(model.logits(state.params, data.X[hidx]), s.temperature)
     if s.dual_update == "hard":  # the one-hot argmax histogram is the only one released (docs/methods/raco-dp.md, D8)
@@ -128,8 +129,8 @@ def sgda_step(
     state: TrainState, data: TrainData, model, s: StepSettings, rates: CompiledRates | None = None, draws: StepDraws | None = None
 ) -> tuple[TrainState, StepRelease]:
     """One simultaneous primal-dual step (Algorithm 1, lines 1–9); ``draws`` replaces its randomness."""
-    g = state.generator
-    idx = draws.batch if draws is not None else poisson_batch(data.n, s.sampling_rate, g, data.X.device)  # line 1
+    stream, t = state.stream, state.step + 1
+    idx = draws.batch if draws is not None else stream.batch(t, data.n, s.sampling_rate)  # line 1
     rows = data.table[idx]
     Xb = data.X[idx]
     probs = tempered_softmax(model.logits(state.params, Xb), s.temperature)
@@ -137,7 +138,7 @@ def sgda_step(
     if draws is not None:
         z = draws.gaussian if n_gauss else None
     else:
-        z = torch.randn(n_gauss, generator=g, dtype=Xb.dtype, device=Xb.device) if n_gauss else None
+        z = stream.normal(t, n_gauss, dtype=Xb.dtype) if n_gauss else None
 
     coef = estimates = H = None
     if rates is not None:
@@ -146,7 +147,7 @@ def sgda_step(
             if draws is not None:
                 H = H + s.laplace_scale * draws.laplace
             else:
-                H = H + noise.laplace(tuple(H.shape), s.laplace_scale, g, H)
+                H = H + s.laplace_scale * stream.laplace(t, H.numel(), dtype=H.dtype).view_as(H)
         # lines 4 and 8 (post-processing of Ĥ): n̂_I, Γ̂ (eq. 12), and eq. 10's coefficients scaled by B
         coef_parts, estimates = rates.dual_quantities(H, state.lam, s.expected_batch)
         coef = data.parts_onehot(rows) @ coef_parts
@@ -173,4 +174,4 @@ def sgda_step(
             lam = torch.add(lam, ascent, alpha=s.dual_lr).clamp_min_(0.0)  # line 9, Π onto ℝ^J_{≥0}
         if s.lambda_max is not None:
             lam = lam.clamp_max_(s.lambda_max)
-    return TrainState(params, lam, velocity, state.step + 1, g), StepRelease(H, estimates, idx)
+    return TrainState(params, lam, velocity, t, stream), StepRelease(H, estimates, idx)

@@ -1,0 +1,106 @@
+"""Packs: a configuration trained inside a pack draws the same batches and noise and ends with the same result
+as the same configuration trained alone (docs/packs.md, "Equivalence")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from raco_bench.packs.run import pack_blocker, train_pack, train_runs
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import execute, prepare_run
+
+# a pack mixing batch sizes, noise levels, dual rules, targets, seeds and step counts
+MIXED = [
+    ("raco-dp", dict(batch_size=256, noise_multiplier=2.0, laplace_scale=1.0, clip_norm=0.5, temperature=2.0, lr=0.3, dual_lr=0.2), 0.05, 40, 0),
+    ("raco-dp", dict(batch_size=1024, noise_multiplier=5.0, laplace_scale=4.0, clip_norm=2.0, lr=1.0, dual_update="hard"), 0.02, 25, 1),
+    ("raco-dp", dict(batch_size=512, dual_momentum=0.5, lambda_max=2.0, clip_constraint_value=True, dual_lr=1.0), 0.10, 33, 2),
+    ("raco-dp", dict(batch_size=2048, noise_multiplier=1.5, laplace_scale=0.5), 0.05, 1, 3),
+]
+PER_METHOD = {
+    "sgda": [dict(batch_size=256, lr=0.2, dual_lr=0.3), dict(batch_size=1024, dual_update="hard", temperature=3.0)],
+    "dp-sgd": [dict(batch_size=256, noise_multiplier=2.0, clip_norm=0.3), dict(batch_size=1024, noise_multiplier=6.0, lr=2.0)],
+    "sgd": [dict(batch_size=256, lr=0.1), dict(batch_size=2048, lr=1.0)],
+}
+
+
+def _runs(adult, specs, eval_every=10, checkpoint="last"):
+    return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=eval_every, checkpoint=checkpoint),
+                        adult) for m, p, g, T, seed in specs]
+
+
+def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> float:
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+def _assert_same(pack, alone, rtol: float):
+    assert pack.steps == alone.steps and pack.privacy == alone.privacy and pack.config == alone.config
+    for name in alone.final_params:
+        assert _close(pack.final_params[name], alone.final_params[name], rtol) <= rtol, name
+    assert [e["step"] for e in pack.history] == [e["step"] for e in alone.history]
+    for e_pack, e_alone in zip(pack.history, alone.history):
+        for split in ("train", "val", "test"):
+            for key in ("accuracy", "max_constraint", "dp_gap", "eo_gap"):
+                # metrics are counts over ≥ 5,088 rows: one prediction flipped by round-off moves them by ≤ 2e-4
+                assert e_pack[split][key] == pytest.approx(e_alone[split][key], abs=5e-4), (e_pack["step"], split, key)
+        for key in ("lambda_max", "noisy_constraint_max", "batch_constraint_max_nonprivate"):
+            if key in e_alone:
+                assert e_pack[key] == pytest.approx(e_alone[key], rel=100 * rtol, abs=1e-5), (e_pack["step"], key)
+    assert pack.reported["step"] == alone.reported["step"]
+
+
+def test_one_step_in_a_pack_equals_one_step_alone(adult):
+    """After one step every parameter agrees to 1e-5 relative: the same batch, the same noise, only the order of
+    floating-point sums differs."""
+    specs = [(m, dict(p), g, 1, seed) for m, p, g, _, seed in MIXED]
+    pack = train_pack(_runs(adult, specs))
+    for res, run in zip(pack, _runs(adult, specs)):
+        alone = execute(run)
+        for name in alone.final_params:
+            assert _close(res.final_params[name], alone.final_params[name], 1e-5) <= 1e-5
+
+
+def test_a_mixed_raco_dp_pack_equals_its_runs_alone(adult):
+    """After up to 40 steps the parameters agree to 1e-4 relative: float32 round-off (~1e-7 per operation) is
+    carried by the iterates, but the batches and noise are identical, so the trajectories cannot drift apart."""
+    runs = _runs(adult, MIXED)
+    pack = train_pack(runs)
+    for res, run in zip(pack, _runs(adult, MIXED)):
+        _assert_same(res, execute(run), rtol=1e-4)
+    frozen = pack[3]  # T = 1 inside a pack that runs 40 steps: it stopped changing after its own T
+    assert frozen.steps == 1 and [e["step"] for e in frozen.history] == [1]
+
+
+@pytest.mark.parametrize("method", list(PER_METHOD))
+def test_every_lagrangian_method_packs_equivalently(adult, method):
+    specs = [(method, p, 0.05, T, seed) for (p, T, seed) in zip(PER_METHOD[method], (30, 17), (4, 5))]
+    for res, run in zip(train_pack(_runs(adult, specs)), _runs(adult, specs)):
+        _assert_same(res, execute(run), rtol=1e-4)
+
+
+@pytest.mark.parametrize("checkpoint", ["paper", "private"])
+def test_checkpoint_rules_pick_the_same_checkpoint_in_a_pack(adult, checkpoint):
+    specs = [("raco-dp", dict(batch_size=512, lr=1.0), 0.05, 60, 7), ("raco-dp", dict(batch_size=1024, lr=0.5, dual_update="hard"), 0.02, 45, 8)]
+    for res, run in zip(train_pack(_runs(adult, specs, eval_every=5, checkpoint=checkpoint)), _runs(adult, specs, eval_every=5, checkpoint=checkpoint)):
+        alone = execute(run)
+        _assert_same(res, alone, rtol=1e-4)
+        assert res.reported["rule"] == checkpoint and res.reported["step"] == alone.reported["step"]
+        for name in alone.reported_params:
+            assert _close(res.reported_params[name], alone.reported_params[name], 1e-4) <= 1e-4
+        if checkpoint == "private":
+            assert [r["step"] for r in res.selection_releases] == [r["step"] for r in alone.selection_releases]
+            for a, b in zip(res.selection_releases, alone.selection_releases):
+                torch.testing.assert_close(a["noisy_counts"], b["noisy_counts"], rtol=0, atol=2.0)  # same Laplace draws, counts ±1 row
+
+
+def test_runs_without_a_batched_engine_train_alone_in_the_same_call(adult):
+    runs = _runs(adult, [("dp-fermi", dict(batch_size=512), 0.05, 12, 0), ("raco-dp", dict(batch_size=512), 0.05, 12, 0),
+                         ("raco-dp", dict(batch_size=256), 0.05, 12, 1)])
+    assert pack_blocker(runs[0]) is not None and pack_blocker(runs[1]) is None
+    results = train_runs(runs)
+    fresh = _runs(adult, [("dp-fermi", dict(batch_size=512), 0.05, 12, 0), ("raco-dp", dict(batch_size=512), 0.05, 12, 0)])
+    _assert_same(results[0], execute(fresh[0]), rtol=0)  # trained alone: bit for bit
+    _assert_same(results[1], execute(fresh[1]), rtol=1e-4)
+    with pytest.raises(ValueError, match="cannot join a pack"):
+        train_pack(runs)
