@@ -6,7 +6,10 @@ logged, because an example would copy private training rows into the tracking st
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +37,20 @@ def feature_names_for(weights: dict[str, np.ndarray], names: tuple[str, ...], ex
     return [f"x{i}" for i in range(d)]
 
 
+@contextmanager
+def tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent API pointed at ``uri`` for the block, then put back as it was. ``mlflow.set_tracking_uri``
+    also sets the ``MLFLOW_TRACKING_URI`` environment variable, which every later subprocess would inherit."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)  # None unsets the variable again
+
+
 def logged_model_ids(uri: str, experiment_id: str, run_id: str) -> list[str]:
     from raco_bench import tracking
 
@@ -55,8 +72,7 @@ def log_model(uri: str, run_id: str, weights_file: Path, feature_names: list[str
     run = tracking.retry(lambda: tracking.client(uri).get_run(run_id))
     if logged_model_ids(uri, run.info.experiment_id, run_id):
         return
-    mlflow.set_tracking_uri(uri)
-    with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
+    with tracking_uri(uri), warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
         warnings.simplefilter("ignore")  # MLflow's hints about input examples and type hints (see the module docstring)
         mlflow.pyfunc.log_model(name=ARTIFACT_NAME, python_model=str(CODE), artifacts={"weights": str(weights_file)},
                                 signature=signature(feature_names, n_classes), pip_requirements=["mlflow", "numpy", "pandas"])

@@ -27,6 +27,8 @@ SWEEP_ID = "raco_bench.sweep_id"
 PHASE = "raco_bench.phase"
 COMPLETE = "raco_bench.complete"
 KIND = "raco_bench.kind"
+PACK_KEY = "raco_bench.pack_key"
+PACK_TABLE = "configs.csv"  # one row per configuration of a pack run
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -71,6 +73,18 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return None
 
 
+def use_wal(uri: str) -> None:
+    """SQLite in write-ahead-log mode: readers no longer block the trial processes that write (the mode is
+    stored in the database file, so every later connection uses it)."""
+    if uri.startswith("sqlite:///"):
+        import sqlite3
+
+        path = Path(uri[len("sqlite:///"):])
+        if path.is_file():
+            with sqlite3.connect(path, timeout=60) as con:
+                con.execute("PRAGMA journal_mode=WAL")
+
+
 def get_or_create_experiment(uri: str, name: str) -> str:
     c = client(uri)
     exp = retry(lambda: c.get_experiment_by_name(name))
@@ -78,7 +92,9 @@ def get_or_create_experiment(uri: str, name: str) -> str:
         if exp.lifecycle_stage != "active":
             raise ValueError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore) or pick another name")
         return exp.experiment_id
-    return retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
+    exp_id = retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
+    use_wal(uri)
+    return exp_id
 
 
 def search_all(uri: str, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
@@ -214,6 +230,43 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
     retry(lambda: c.set_terminated(run_id, "FINISHED"))
 
 
-def completed_trials(uri: str, experiment_id: str, sweep_id: str, phase: int) -> list:
-    query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}' and tags.`{KIND}` = 'trial' and tags.`{COMPLETE}` = '1'"
+def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: dict):
+    """(run_id, completed_run_or_None) for a pack, keyed by its ``pack_key`` like a trial."""
+    found = find_run(uri, experiment_id, {PACK_KEY: pack["pack_key"]})
+    if found is not None:
+        return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None)
+    c = client(uri)
+    tags = {"mlflow.parentRunId": parent_id, PACK_KEY: pack["pack_key"], SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]),
+            KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
+    name = f"pack {pack['method']} phase {pack['phase']} ({len(pack['members'])} configurations) {pack['pack_key'][:8]}"
+    run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=name))
+    return run.info.run_id, None
+
+
+def completed_packs(uri: str, experiment_id: str, sweep_id: str | None = None, phase: int | None = None) -> list:
+    query = f"tags.`{KIND}` = 'pack' and tags.`{COMPLETE}` = '1'"
+    if sweep_id is not None:
+        query += f" and tags.`{SWEEP_ID}` = '{sweep_id}'"
+    if phase is not None:
+        query += f" and tags.`{PHASE}` = '{phase}'"
     return search_all(uri, [experiment_id], query)
+
+
+def pack_tables(uri: str, runs: list):
+    """The configuration tables of pack runs, concatenated (pandas); a configuration recorded by two packs
+    (a resume with another pack size) appears once, from the pack that finished first."""
+    import tempfile
+
+    import pandas as pd
+
+    c = client(uri)
+    frames = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in sorted(runs, key=lambda r: r.info.end_time or 0):
+            local = retry(lambda run=run: c.download_artifacts(run.info.run_id, PACK_TABLE, tmp))
+            frame = pd.read_csv(local)
+            frame["pack_run_id"] = run.info.run_id
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).drop_duplicates("trial_key", keep="first").reset_index(drop=True)

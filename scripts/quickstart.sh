@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 "$VENV/bin/raco-bench" datasets
-"$VENV/bin/python" sweeps/adult.py --smoke
-exec "$VENV/bin/raco-bench" report --experiment adult-demographic-parity-smoke --out reports/adult-demographic-parity-smoke/
+"$VENV/bin/python" sweeps/adult.py --demo
+exec "$VENV/bin/raco-bench" report --experiment adult-demographic-parity-demo --out reports/adult-demographic-parity-demo/

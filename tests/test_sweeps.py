@@ -109,9 +109,16 @@ def test_file_store_is_refused():
 
 
 # ---------------------------------------------------------------------------- idempotent logging
-def test_trial_logging_is_idempotent(tmp_path):
-    from raco_bench.sweeps.trial import execute_trial
+def _run_alone(trial: dict, uri: str, exp: str, parent: str, flush_every_s: float = 10.0) -> dict:
+    """One configuration as a pack of one, with its own run (as phase 2 logs every configuration)."""
+    from raco_bench.sweeps.plan import make_packs
+    from raco_bench.sweeps.trial import execute_pack
 
+    (pack,) = make_packs([trial], 1)
+    return execute_pack({**pack, "child_runs": True}, uri, exp, parent, flush_every_s=flush_every_s)
+
+
+def test_trial_logging_is_idempotent(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("sgda", "raco-dp"), n_configs=1, phase1_seeds=1,
                      max_steps=40, eval_every=20)
@@ -120,13 +127,14 @@ def test_trial_logging_is_idempotent(tmp_path):
     parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
     assert tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {}) == parent
     sgda, raco = phase1_trials(spec, n_train=3745)  # no "steps": the trial calibrates T itself (cap 40)
-    first = execute_trial(sgda, uri, exp, parent)
-    again = execute_trial(sgda, uri, exp, parent)
-    assert again.get("reused") == 1.0 and again["val_accuracy"] == pytest.approx(first["val_accuracy"])
+    first = _run_alone(sgda, uri, exp, parent)
+    again = _run_alone(sgda, uri, exp, parent)  # complete: read back, not retrained
+    assert again["val_accuracy_best"] == pytest.approx(first["val_accuracy_best"])
+    assert len(tracking.completed_packs(uri, exp)) == 1
     # a killed attempt leaves an incomplete run: the retry reuses it instead of creating another
     run_id, done, reused = tracking.get_or_create_trial_run(uri, exp, parent, raco)
     assert done is None and not reused
-    execute_trial(raco, uri, exp, parent)
+    _run_alone(raco, uri, exp, parent)
     runs = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")
     assert Counter(r.data.tags[tracking.TRIAL_KEY] for r in runs) == {sgda["trial_key"]: 1, raco["trial_key"]: 1}
     raco_run = next(r for r in runs if r.data.tags[tracking.TRIAL_KEY] == raco["trial_key"])
@@ -150,8 +158,6 @@ def test_trial_logging_is_idempotent(tmp_path):
 def test_a_killed_attempt_leaves_no_duplicate_and_no_lost_metric_point(tmp_path):
     """Curves stream while a trial trains; a retry of a killed attempt that had already streamed some points and
     some final metrics writes each (metric, step) once, with the values an uninterrupted run logs."""
-    from raco_bench.sweeps.trial import execute_trial
-
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
                      max_steps=60, eval_every=20)
     (trial,) = phase1_trials(spec, n_train=3745)
@@ -161,7 +167,7 @@ def test_a_killed_attempt_leaves_no_duplicate_and_no_lost_metric_point(tmp_path)
         exp = tracking.get_or_create_experiment(uri, spec.experiment)
         parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
         stores[name] = (uri, exp, parent)
-    execute_trial(trial, *stores["clean"], flush_every_s=0)
+    _run_alone(trial, *stores["clean"], flush_every_s=0)
     clean_uri = stores["clean"][0]
     clean = tracking.client(clean_uri).search_runs([stores["clean"][1]], "tags.`raco_bench.kind` = 'trial'")[0]
     keys = [k for k in clean.data.metrics if k.startswith("eval/")]
@@ -173,7 +179,7 @@ def test_a_killed_attempt_leaves_no_duplicate_and_no_lost_metric_point(tmp_path)
     live.add([(k, v, s) for k, pts in want.items() for s, v in pts if s in (1, 20)])
     assert len(tracking.client(uri).get_metric_history(run_id, keys[0])) == 2  # written at once, not at the end
     tracking.client(uri).log_metric(run_id, "test_accuracy", clean.data.metrics["test_accuracy"])
-    execute_trial(trial, uri, exp, parent, flush_every_s=0)
+    _run_alone(trial, uri, exp, parent, flush_every_s=0)
     c = tracking.client(uri)
     for k, pts in want.items():
         assert sorted((m.step, m.value) for m in c.get_metric_history(run_id, k)) == pts, k
@@ -191,20 +197,20 @@ def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_pa
     from raco_bench import mlflow_model
     from raco_bench.data import load_dataset
     from raco_bench.models import LogisticRegression
-    from raco_bench.sweeps.trial import execute_trial
-
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
                      max_steps=40, eval_every=20)
     exp = tracking.get_or_create_experiment(uri, spec.experiment)
     parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
     (trial,) = phase1_trials(spec, n_train=3745)
-    execute_trial(trial, uri, exp, parent)
+    _run_alone(trial, uri, exp, parent)
     run = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")[0]
     run_id = run.info.run_id
     ds = load_dataset("parkinsons", seed=0)
-    mlflow.set_tracking_uri(uri)
-    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    with mlflow_model.tracking_uri(uri):
+        model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    assert os.environ.get("MLFLOW_TRACKING_URI") == before  # nothing leaks into later subprocesses
     sig = model.metadata.signature
     assert sig.inputs.input_names() == list(ds.feature_names)
     assert sig.outputs.input_names() == ["prediction", "probability_0", "probability_1"]
@@ -227,15 +233,13 @@ def test_paper_rules_are_labelled_outside_the_budget_on_the_run(tmp_path):
     and the saved weights are the reported checkpoint's (the last iterate beside them)."""
     import numpy as np
 
-    from raco_bench.sweeps.trial import execute_trial
-
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("sgda",), n_configs=1, phase1_seeds=1,
                      max_steps=60, eval_every=10, preprocessing="paper", checkpoint="paper")
     exp = tracking.get_or_create_experiment(uri, spec.experiment)
     parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 1, {})
     (trial,) = phase1_trials(spec, n_train=3745)
-    execute_trial(trial, uri, exp, parent)
+    _run_alone(trial, uri, exp, parent)
     (run,) = tracking.client(uri).search_runs([exp], "tags.`raco_bench.kind` = 'trial'")
     tags = run.data.tags
     assert tags["preprocessing"] == "paper" and tags["checkpoint"] == "paper"
@@ -253,8 +257,8 @@ def test_paper_rules_are_labelled_outside_the_budget_on_the_run(tmp_path):
 SMOKE = ["--smoke", "--max-steps", "100"]
 
 
-def _trial_rows(db: Path) -> list[tuple[str, str, str]]:
-    """(trial_key, complete, node) of every trial run, read straight from the SQLite store."""
+def _pack_rows(db: Path) -> list[tuple[str, str, str]]:
+    """(pack_key, complete, node) of every pack run, read straight from the SQLite store."""
     if not db.exists():
         return []
     con = sqlite3.connect(db)
@@ -269,7 +273,7 @@ def _trial_rows(db: Path) -> list[tuple[str, str, str]]:
     by_run: dict[str, dict] = {}
     for run, key, value in rows:
         by_run.setdefault(run, {})[key] = value
-    return [(t.get(tracking.TRIAL_KEY), t.get(tracking.COMPLETE, "0"), t.get("ray_node_id", "")) for t in by_run.values() if t.get(tracking.KIND) == "trial"]
+    return [(t.get(tracking.PACK_KEY), t.get(tracking.COMPLETE, "0"), t.get("ray_node_id", "")) for t in by_run.values() if t.get(tracking.KIND) == "pack"]
 
 
 @pytest.fixture
@@ -315,14 +319,18 @@ def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
     return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_completed_trials(db: Path, n: int, timeout: float = 300) -> None:
+def _wait_for_completed_packs(db: Path, n: int, timeout: float = 300) -> None:
     deadline = time.time() + timeout
-    while time.time() < deadline and sum(c == "1" for _, c, _ in _trial_rows(db)) < n:
+    while time.time() < deadline and sum(c == "1" for _, c, _ in _pack_rows(db)) < n:
         time.sleep(0.5)
 
 
-def _check_one_run_per_trial(cwd: Path) -> list[tuple[str, str, str]]:
-    rows = _trial_rows(cwd / "mlflow.db")
+def _check_each_configuration_once(cwd: Path) -> list[tuple[str, str, str]]:
+    """Every pack run complete and unique; every configuration in exactly one pack table (no dedupe needed);
+    every phase-2 configuration with exactly one complete run of its own."""
+    import pandas as pd
+
+    rows = _pack_rows(cwd / "mlflow.db")
     keys = Counter(k for k, _, _ in rows)
     assert all(n == 1 for n in keys.values()), keys
     assert all(c == "1" for _, c, _ in rows)
@@ -332,13 +340,19 @@ def _check_one_run_per_trial(cwd: Path) -> list[tuple[str, str, str]]:
 
     spec = replace(spec, max_steps=100)
     exp = tracking.get_or_create_experiment(uri, spec.experiment)
-    phase1 = tracking.completed_trials(uri, exp, spec.sweep_id, 1)
-    phase2 = tracking.completed_trials(uri, exp, spec.sweep_id, 2)
+    c = tracking.client(uri)
+    tables = {1: [], 2: []}
+    for run in tracking.completed_packs(uri, exp, spec.sweep_id):
+        tables[int(run.data.tags[tracking.PHASE])].append(pd.read_csv(c.download_artifacts(run.info.run_id, tracking.PACK_TABLE, str(cwd))))
+    phase1, phase2 = pd.concat(tables[1]), pd.concat(tables[2])
+    assert phase1["trial_key"].is_unique and phase2["trial_key"].is_unique
     assert len(phase1) == len(phase1_trials(spec, 28829)) == 12
-    assert {r.data.tags["method"] for r in phase1} == {"raco-dp", "dp-fermi", "sgda"}
-    winners = {(r.data.tags["method"], r.data.tags["config_id"]) for r in phase2}
+    assert set(phase1["method"]) == {"raco-dp", "dp-fermi", "sgda"}
+    winners = set(zip(phase2["method"], phase2["config_id"]))
     assert len(phase2) == spec.phase2_seeds * len(winners) and len(winners) >= 1
-    assert len(rows) == len(phase1) + len(phase2)
+    children = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+    assert Counter(r.data.tags[tracking.TRIAL_KEY] for r in children) == Counter(phase2["trial_key"])
+    assert all(r.data.tags[tracking.COMPLETE] == "1" for r in children) and set(phase2["run_id"]) == {r.info.run_id for r in children}
     return rows
 
 
@@ -348,34 +362,34 @@ def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
     proc = _sweep(tmp_path, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Selected configurations" in proc.stdout and "trials/minute" in proc.stdout
-    rows = _check_one_run_per_trial(tmp_path)
-    assert len({node for _, _, node in rows}) == 2  # trials ran on both nodes
+    rows = _check_each_configuration_once(tmp_path)
+    assert len({node for _, _, node in rows}) == 2  # packs ran on both nodes
 
 
 @pytest.mark.slow
 def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
     env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env, wait=False)
-    _wait_for_completed_trials(tmp_path / "mlflow.db", 3)
+    _wait_for_completed_packs(tmp_path / "mlflow.db", 2)
     loopback_cluster.worker.kill()  # the worker node dies mid-sweep
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
-    _check_one_run_per_trial(tmp_path)
+    _check_each_configuration_once(tmp_path)
 
 
 @pytest.mark.slow
 def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster):
     env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env, wait=False)
-    _wait_for_completed_trials(tmp_path / "mlflow.db", 4)
+    _wait_for_completed_packs(tmp_path / "mlflow.db", 2)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies mid-sweep
     proc.wait()
-    done_before = sum(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db"))
-    assert 4 <= done_before < 16
+    done_before = sum(c == "1" for _, c, _ in _pack_rows(tmp_path / "mlflow.db"))
+    assert 2 <= done_before < 6  # phase 1 has 6 packs (12 configurations in packs of up to 3)
     resumed = _sweep(tmp_path, env, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming" in resumed.stdout
-    _check_one_run_per_trial(tmp_path)
+    _check_each_configuration_once(tmp_path)
 
 
 @pytest.mark.slow
@@ -390,14 +404,14 @@ def test_gpu_requests_come_from_the_configuration_and_wait_for_gpu_nodes(tmp_pat
     try:
         proc = _sweep(tmp_path, {**env, "RAY_ADDRESS": cluster.address}, wait=False)
         time.sleep(20)
-        assert proc.poll() is None and not any(c == "1" for _, c, _ in _trial_rows(tmp_path / "mlflow.db"))  # nothing ran: no GPU yet
+        assert proc.poll() is None and not any(c == "1" for _, c, _ in _pack_rows(tmp_path / "mlflow.db"))  # nothing ran: no GPU yet
         gpu_node = ray_nodes.start_node(env, f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
         cluster.nodes.append(gpu_node)
         out, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, out[-4000:]
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         exp = tracking.client(uri).get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
-        runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+        runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` in ('trial', 'pack')")
         assert runs and all(r.data.tags["ray_gpu_ids"] != "none" and r.data.tags["device"] == "cpu" for r in runs)
         assert len(out.splitlines()) < 60, out  # the compact console
     finally:

@@ -21,9 +21,9 @@ from typing import Callable
 import torch
 
 from raco_bench.methods.raco_dp import LagrangianSGDA, lagrangian_report
-from raco_bench.packs.lagrangian import PackSettings, PackState, pack_step
+from raco_bench.packs.lagrangian import PackSettings, PackState, chunk_size, pack_step
 from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.evaluation import evaluate_logits
+from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
 
@@ -96,11 +96,13 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
                       torch.zeros(K, J, device=ctx0.device), torch.zeros(K, J, device=ctx0.device), 0)
     data, rates = ctx0.plan.data, ctx0.rates if method.constrained else None
-    step_time = 0.0
+    chunk = chunk_size(s, data, ctx0.device)
+    step_time = torch.zeros(K, dtype=torch.float64)  # each step's time, shared by the configurations it trained
     for t in range(1, int(s.steps.max()) + 1):
         t0 = time.perf_counter()
-        state = pack_step(state, data, s, rates)
-        step_time += time.perf_counter() - t0
+        state = pack_step(state, data, s, rates, chunk)
+        live = (s.steps >= t).cpu()
+        step_time[live] += (time.perf_counter() - t0) / int(live.sum())
         due = [k for k in range(K) if recorders[k].wants(t)]
         if not due:
             continue
@@ -108,7 +110,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         weight, bias = state.weight[index], state.bias[index]
         metrics, val_logits = {}, None
         for name, split in first.evals.items():
-            logits = torch.matmul(split.X, weight.transpose(1, 2)) + bias[:, None, :]
+            logits = linear_logits(weight, bias, split.X)
             if name == "val":
                 val_logits = logits
             metrics[name] = evaluate_logits(logits, split, [runs[k].ctx.hyper.temperature for k in due], ctx0.dataset.n_groups,
@@ -117,8 +119,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
             report = lagrangian_report(method, state.lam[k], state.estimates[k] if state.estimates is not None else None)
             recorders[k].observe(t, state.params(k), {name: m[i] for name, m in metrics.items()}, report,
                                  val_logits[i] if val_logits is not None else None)
-    share = step_time / K  # the pack's step time, shared equally by its configurations
-    return [rec.result(snapshot(state.params(k)), share) for k, rec in enumerate(recorders)]
+    return [rec.result(snapshot(state.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
 
 
 def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.benchmarks.throughput import load as load_throughput
 from raco_bench.progress import Progress
 from raco_bench.report import figures
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
@@ -134,6 +135,13 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.files += write_walltime_tables(wall, out)
     else:
         report.notes.append(f"no wall-time benchmark in experiment {walltime_experiment!r}; run `raco-bench bench walltime` to add the table.")
+    throughput = load_throughput(uri)
+    if throughput is not None:
+        path = out / "throughput.md"
+        cols = ["pack_size", "configurations", "seconds", "configs_per_hour", "mean_T", "step_ms_per_config"]
+        path.write_text(f"Configurations per hour by pack size (hardware: {throughput['hardware'].iloc[0]}; `raco-bench bench throughput`).\n\n"
+                        + markdown_table(throughput[cols].round(4)) + "\n")
+        report.files.append(path)
     _write_index(report, experiment, uri, df)
     progress.advance("wall-time tables and index")
     if log_to_mlflow:

@@ -1,8 +1,7 @@
-"""Read a sweep's runs from MLflow into one tidy pandas table (a row per finished trial run)."""
+"""Read a sweep's configurations from MLflow (its packs' tables) into one tidy pandas table, a row per configuration."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
@@ -31,40 +30,33 @@ def experiment_id(uri: str, name: str) -> str:
 
 
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:
-    """Finished trial runs of one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep)."""
+    """Every configuration trained by one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep),
+    read from its packs' tables: one row per configuration, whatever the pack size."""
     exp_id = experiment_id(uri, experiment)
-    query = f"tags.`{tracking.KIND}` = 'trial' and tags.`{tracking.COMPLETE}` = '1' and attributes.status = 'FINISHED'"
-    runs = tracking.search_all(uri, [exp_id], query)
-    rows = []
-    for run in runs:
-        tags, m = run.data.tags, run.data.metrics
-        if "skipped" in tags:
-            continue
-        trial = json.loads(tags.get("raco_bench.trial", "{}"))
-        get = lambda k: float(m[k]) if k in m else math.nan  # noqa: E731
-        rows.append({
-            "run_id": run.info.run_id, "experiment": experiment, "sweep_id": tags.get(tracking.SWEEP_ID, ""),
-            "start_time": run.info.start_time, "dataset": trial.get("dataset", tags.get("dataset")),
-            "constraint": trial.get("constraint", tags.get("constraint")), "method": trial.get("method", tags.get("method")),
-            "phase": int(trial.get("phase", tags.get(tracking.PHASE, 0))), "epsilon": trial.get("epsilon"), "gamma": trial.get("gamma"),
-            "config_id": trial.get("config_id"), "seed": trial.get("seed"), "delta": trial.get("delta"),
-            "privacy_notion": tags.get("privacy_notion", ""), "checkpoint": tags.get("checkpoint", ""),
-            "preprocessing": tags.get("preprocessing", "unknown"), "style": tags.get("method_style"),
-            "outside_budget": tags.get("outside_budget", "unknown (run logged before labels)"),
-            "epsilon_spent": get("epsilon_spent"), "steps": get("steps"), "ms_per_step": get("ms_per_step"),
-            "test_accuracy": get("test_accuracy"), "test_error": get("test_error"), "test_max_constraint": get("test_max_constraint"),
-            "test_dp_gap": get("test_dp_gap"), "test_eo_gap": get("test_eo_gap"), "test_fnr": get("test_fnr"),
-            "val_accuracy": get("val_accuracy"), "val_max_constraint": get("val_max_constraint"),
-            "train_max_constraint": get("train_max_constraint"), "params": json.dumps(trial.get("params", {}), sort_keys=True),
-        })
-    if not rows:
+    packs = tracking.completed_packs(uri, exp_id)
+    if not packs:
         raise ReportError(f"experiment {experiment!r} has no finished trial runs yet; run or resume its sweep first")
-    df = pd.DataFrame(rows, columns=COLUMNS)
+    sweeps = {r.data.tags.get(tracking.SWEEP_ID, ""): r.info.start_time for r in packs}
     if sweep_id is None:
-        sweep_id = df.sort_values("start_time")["sweep_id"].iloc[-1]
-    elif sweep_id not in set(df["sweep_id"]):
-        raise ReportError(f"experiment {experiment!r} has no finished runs of sweep {sweep_id!r}; sweeps there: {', '.join(sorted(set(df['sweep_id'])))}")
-    return df[df["sweep_id"] == sweep_id].reset_index(drop=True)
+        sweep_id = max(sweeps, key=lambda k: sweeps[k])
+    elif sweep_id not in sweeps:
+        raise ReportError(f"experiment {experiment!r} has no finished runs of sweep {sweep_id!r}; sweeps there: {', '.join(sorted(sweeps))}")
+    chosen = [r for r in packs if r.data.tags.get(tracking.SWEEP_ID) == sweep_id]
+    table = tracking.pack_tables(uri, chosen)
+    if "skipped" in table:
+        table = table[table["skipped"].fillna("") == ""]
+    start = {r.info.run_id: r.info.start_time for r in chosen}
+    table = table.assign(start_time=table["pack_run_id"].map(start), style=table.get("method_style"),
+                         privacy_notion=table.get("privacy_notion", ""), outside_budget=table.get("outside_budget", "unknown"))
+    for col in COLUMNS:
+        if col not in table:
+            table[col] = math.nan
+    table["epsilon"] = table["epsilon"].astype(object).where(table["epsilon"].notna(), None)
+    table["gamma"] = table["gamma"].astype(object).where(table["gamma"].notna(), None)
+    table["phase"] = table["phase"].astype(int)
+    table["config_id"] = table["config_id"].astype(int)
+    table["seed"] = table["seed"].astype(int)
+    return table[COLUMNS].reset_index(drop=True)
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:

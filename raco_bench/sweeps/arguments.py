@@ -13,6 +13,8 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     b = base
     p.add_argument("--smoke", action="store_true",
                    help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
+    p.add_argument("--demo", action="store_true",
+                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (about 2 minutes on 2 cores)")
     p.add_argument("--epsilons", type=float, nargs="+", help=f"privacy budgets (default: {' '.join(map(str, b.epsilons))})")
     p.add_argument("--gammas", type=float, nargs="+", help=f"constraint slacks (default: {' '.join(map(str, b.gammas))})")
     p.add_argument("--methods", nargs="+", help=f"registered methods (default: {' '.join(b.methods)})")
@@ -35,9 +37,15 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial")
     p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
+    p.add_argument("--pack-size", type=int, default=None,
+                   help="configurations trained together in one Ray trial (default: chosen from the sweep size and the device; 1 trains each alone)")
     p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
     args = p.parse_args(argv)
-    spec = base.smoke() if args.smoke else base
+    if args.pack_size is not None and args.pack_size < 1:
+        p.error(f"--pack-size must be >= 1, got {args.pack_size}")
+    if args.smoke and args.demo:
+        p.error("--smoke and --demo are two presets: pick one")
+    spec = base.smoke() if args.smoke else base.demo() if args.demo else base
     overrides = {
         "epsilons": tuple(args.epsilons) if args.epsilons else None, "gammas": tuple(args.gammas) if args.gammas else None,
         "methods": tuple(args.methods) if args.methods else None, "n_configs": args.n_configs, "phase1_seeds": args.phase1_seeds,

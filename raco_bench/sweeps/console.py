@@ -1,10 +1,11 @@
 """A compact live console for sweeps: one progress line per phase at most every few seconds
-(configurations done, running, failed, ETA) and, when the phase ends, the best feasible
-configurations so far. Tune's own tables are shown with ``-v`` instead.
+(configurations done, running, failed, ETA; a Tune trial is a pack of configurations) and, when the
+phase ends, the best feasible configurations so far. Tune's own tables are shown with ``-v`` instead.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TextIO
@@ -27,9 +28,10 @@ class PhaseProgress(tune.Callback):
         self.results: list[tuple[dict, dict]] = []
 
     def _line(self, trials) -> str:
-        done = sum(t.status == STATUS_DONE for t in trials)
-        failed = sum(t.status == STATUS_ERROR for t in trials)
-        running = sum(t.status == STATUS_RUNNING for t in trials)
+        size = lambda t: len(t.config["pack"]["members"]) if "pack" in t.config else 1  # noqa: E731
+        done = sum(size(t) for t in trials if t.status == STATUS_DONE)
+        failed = sum(size(t) for t in trials if t.status == STATUS_ERROR)
+        running = sum(size(t) for t in trials if t.status == STATUS_RUNNING)
         elapsed = time.monotonic() - self.start
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = duration((self.total - done - failed) / rate) if rate > 0 else "?"
@@ -43,9 +45,10 @@ class PhaseProgress(tune.Callback):
             print(self._line(trials), file=self.stream, flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        result = trial.last_result or {}
-        if "val_accuracy" in result:
-            self.results.append((trial.config["trial"], result))
+        members = (trial.last_result or {}).get("members")
+        if isinstance(members, str):
+            for m in json.loads(members):
+                self.results.append((m, m))
 
     def on_experiment_end(self, trials, **info):
         print(self._line(trials), file=self.stream, flush=True)
@@ -58,7 +61,8 @@ def best_feasible(results: list[tuple[dict, dict]], top: int, gammas: tuple[floa
     own γ, or for methods trained without γ the smallest sweep γ they meet, shown in the γ column)."""
     rows = []
     for trial, r in results:
-        con, acc = r.get("val_max_constraint", -1.0), r.get("val_accuracy", -1.0)
+        con, acc = r.get("val_max_constraint"), r.get("val_accuracy")
+        con, acc = (-1.0 if con is None else con), (-1.0 if acc is None else acc)  # skipped: no metrics
         met = [trial["gamma"]] if trial.get("gamma") is not None else [g for g in sorted(gammas) if con <= g][:1]
         if acc < 0 or con < 0 or not met or con > met[0]:
             continue

@@ -117,3 +117,32 @@ def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
         for k in range(spec.phase2_seeds):
             trials.append(_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k))
     return trials
+
+
+def pack_key(members: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(sorted(t["trial_key"] for t in members)).encode()).hexdigest()[:16]
+
+
+def make_packs(trials: list[dict], pack_size: int) -> list[dict]:
+    """Group a phase's trials into packs of at most ``pack_size``: one method per pack, configurations with
+    similar batch sizes and T together (a pack pads each chunk's batches to its widest one, and a
+    configuration past its T idles while its pack finishes). Phase-2 packs ask for a run per
+    configuration (``child_runs``); phase-1 configurations are rows of their pack's table."""
+    by_method: dict[str, list[dict]] = {}
+    for t in trials:
+        by_method.setdefault(t["method"], []).append(t)
+    packs = []
+    for method, group in by_method.items():
+        group = sorted(group, key=lambda t: (t["params"].get("batch_size", 0), -(t.get("steps") or t["max_steps"]), t["trial_key"]))
+        for i in range(0, len(group), pack_size):
+            members = group[i:i + pack_size]
+            packs.append({"pack_key": pack_key(members), "sweep_id": members[0]["sweep_id"], "phase": members[0]["phase"], "method": method,
+                          "child_runs": members[0]["phase"] == 2, "members": members})
+    return packs
+
+
+def auto_pack_size(n_trials: int, slots: float, gpu: bool) -> int:
+    """At least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations per
+    pack on a CPU (a pack of 256 Adult configurations holds ~0.5 GB) and 1,024 on a GPU."""
+    cap = 1024 if gpu else 256
+    return max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))

@@ -28,7 +28,7 @@ from pathlib import Path
 from raco_bench import tracking
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
-from raco_bench.sweeps.plan import Selection, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.plan import Selection, auto_pack_size, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.spec import SweepSpec
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
@@ -52,6 +52,8 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
 
 # ------------------------------------------------------------------------------------------ Tune
 def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str) -> None:
+    """Train a phase's trials as packs (one Tune trial per pack); trials already recorded by a complete pack are not rerun."""
+    import ray
     from ray import tune
 
     from raco_bench.sweeps.console import PhaseProgress
@@ -61,6 +63,15 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
         return
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
     resources, device = _resources(args)
+    done = {r["trial_key"] for r in phase_results(uri, experiment_id, spec, phase)}
+    todo = [t for t in trials if t["trial_key"] not in done]
+    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
+    size = args.pack_size or auto_pack_size(len(todo), slots, bool(resources.get("gpu")))
+    packs = make_packs(todo, size)
+    print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
+          f"in {len(packs)} packs of up to {size}", flush=True)
+    if not packs:
+        return
     env = {k: os.environ[k] for k in ENV_FORWARD if k in os.environ}
     trainable = tune.with_resources(
         tune.with_parameters(tune_trainable, tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent, device=device, env=env),
@@ -74,12 +85,12 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
     else:
         tuner = tune.Tuner(
             trainable,
-            param_space={"trial": tune.grid_search(trials)},
+            param_space={"pack": tune.grid_search(packs)},
             tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None, reuse_actors=True,
                                         trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
             run_config=tune.RunConfig(name=name, storage_path=storage, failure_config=tune.FailureConfig(max_failures=args.max_failures),
                                       verbose=1 if args.verbose else 0,
-                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(trials), spec.gammas)]),
+                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(todo), spec.gammas)]),
         )
     grid = tuner.fit()
     if grid.errors:
@@ -88,8 +99,8 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
 
 
 def _trial_name(trial) -> str:
-    t = trial.config["trial"]
-    return f"p{t['phase']}-{t['method']}-e{t['epsilon']}-g{t['gamma']}-c{t['config_id']}-s{t['seed']}"
+    p = trial.config["pack"]
+    return f"p{p['phase']}-{p['method']}-{len(p['members'])}-{p['pack_key'][:8]}"
 
 
 GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
@@ -111,13 +122,16 @@ def _resources(args) -> tuple[dict, str]:
 
 # --------------------------------------------------------------------------------------- results
 def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
+    """Every configuration a complete pack of this phase recorded, as trial-like dicts with its reported metrics."""
+    table = tracking.pack_tables(uri, tracking.completed_packs(uri, experiment_id, spec.sweep_id, phase))
     out = []
-    for run in tracking.completed_trials(uri, experiment_id, spec.sweep_id, phase):
-        trial = json.loads(run.data.tags["raco_bench.trial"])
-        m = run.data.metrics
-        out.append({**trial, "run_id": run.info.run_id, "val_accuracy": m.get("val_accuracy", math.nan),
-                    "val_max_constraint": m.get("val_max_constraint", math.inf), "test_accuracy": m.get("test_accuracy", math.nan),
-                    "test_max_constraint": m.get("test_max_constraint", math.nan), "epsilon_spent": m.get("epsilon_spent", math.nan)})
+    for row in table.to_dict("records"):
+        value = lambda k, default=math.nan: default if k not in row or row[k] != row[k] else row[k]  # noqa: E731 - NaN: absent
+        out.append({"trial_key": row["trial_key"], "method": row["method"], "phase": int(row["phase"]),
+                    "epsilon": value("epsilon", None), "gamma": value("gamma", None), "config_id": int(row["config_id"]), "seed": int(row["seed"]),
+                    "params": json.loads(row["params"]), "run_id": row["run_id"], "val_accuracy": value("val_accuracy"),
+                    "val_max_constraint": value("val_max_constraint", math.inf), "test_accuracy": value("test_accuracy"),
+                    "test_max_constraint": value("test_max_constraint"), "epsilon_spent": value("epsilon_spent")})
     return out
 
 

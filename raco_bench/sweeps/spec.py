@@ -69,6 +69,12 @@ class SweepSpec:
         """Deterministic id: the same spec always maps to the same MLflow parents and Tune experiments."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
 
+    def demo(self) -> "SweepSpec":
+        """The README's main job: enough configurations (trained as packs) for RaCO-DP to meet γ and reach phase 2,
+        in about two minutes on 2 CPU cores."""
+        return replace(self, epsilons=(1.0,), gammas=(0.05, 0.1), n_configs=12, phase1_seeds=2, phase2_seeds=5, max_steps=600,
+                       eval_every=100, experiment=self.experiment + "-demo")
+
     def smoke(self) -> "SweepSpec":
         """A small sweep that finishes in a few minutes on 2 CPU cores."""
         return replace(self, epsilons=(1.0,), gammas=(0.05,), n_configs=2, phase1_seeds=2, phase2_seeds=2, max_steps=300,

@@ -1,13 +1,17 @@
-"""One sweep trial: train one (method, ε, γ, configuration, seed) and log it to MLflow exactly once.
+"""One sweep trial: a pack of configurations of one method, trained together and logged to MLflow exactly once.
+
+A pack's MLflow run holds a table with a row per configuration (``configs.csv``), the evaluation
+curves of every configuration (``curves.csv.gz``) and their parameters (``weights.npz``); phase-2
+configurations also get a run each, with everything a single run has: params, the reported and
+last-iterate metrics (``last_*``), step-indexed curves ``eval/<split>_<metric>`` streamed while the
+pack trains (batched, :class:`raco_bench.tracking.LiveMetrics`), ``weights.npz`` /
+``weights_last.npz`` and the reported model as a loadable MLflow pyfunc model with its signature
+(:mod:`raco_bench.mlflow_model`). Why this layout: docs/packs.md, "MLflow".
 
 Every method of a sweep reports its model under the sweep's one checkpoint rule (``checkpoint``:
-``last``, the private last iterate, or ``paper``, the papers' selection, outside the budget and
-labelled), so a figure never compares unlike rules. Last-iterate metrics are always logged too
-(``last_*``); the artifacts hold the reported model (``weights.npz``, and as a loadable MLflow pyfunc
-model with its signature, see :mod:`raco_bench.mlflow_model`) and the last iterate beside it
-(``weights_last.npz``). What the run read outside the budget is in the ``outside_budget`` tag. Evaluation curves are step-indexed
-metrics named ``eval/<split>_<metric>`` (steps = training steps), kept apart from the reported values,
-and streamed to MLflow while the trial trains (batched, see :class:`raco_bench.tracking.LiveMetrics`).
+``last``, ``private`` or ``paper``, the last outside the budget and labelled), so a figure never
+compares unlike rules. What a configuration read outside the budget is in its ``outside_budget``
+column and tag.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,13 +88,6 @@ def _device(requested: str) -> tuple[str, str]:
     return ("cuda" if gpu_ids and torch.cuda.is_available() else "cpu"), gpu_ids
 
 
-def summary_from_run(run) -> dict:
-    m = run.data.metrics
-    return {"val_accuracy": m.get("val_accuracy", math.nan), "val_max_constraint": m.get("val_max_constraint", math.inf),
-            "test_accuracy": m.get("test_accuracy", math.nan), "test_max_constraint": m.get("test_max_constraint", math.nan),
-            "epsilon_spent": m.get("epsilon_spent", math.nan), "reused": 1.0}
-
-
 def history_points(entry: dict) -> list[tracking.Point]:
     """One evaluation's step-indexed points: ``eval/<split>_<metric>`` and whatever the method's report() returns as ``eval/<name>``."""
     step = entry["step"]
@@ -99,26 +97,10 @@ def history_points(entry: dict) -> list[tracking.Point]:
     return points
 
 
-def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
-                  flush_every_s: float = 10.0) -> dict:
-    """Train and log one trial; a trial already complete in MLflow is returned without retraining."""
-    import torch
-
+def run_config(trial: dict, device: str):
     from raco_bench.training.config import RunConfig
-    from raco_bench.training.loop import train
 
-    torch.set_num_threads(1)  # one CPU per trial
-    run_id, done, reused = tracking.get_or_create_trial_run(tracking_uri, experiment_id, parent_run_id, trial)
-    if done is not None:
-        return summary_from_run(done)
-    device, gpu_ids = _device(device)
-    tags = {"raco_bench.trial": json.dumps(trial, sort_keys=True), "device": device, "ray_node_id": _node_id(), "ray_gpu_ids": gpu_ids or "none"}
-    if trial.get("skip"):
-        tracking.log_trial(tracking_uri, run_id, {"skip_reason": trial["skip"]}, {"val_max_constraint": math.inf}, [],
-                           {**tags, "skipped": trial["skip"]}, {}, {})
-        return {"val_accuracy": math.nan, "val_max_constraint": math.inf, "skipped": 1.0}
-
-    cfg = RunConfig(
+    return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
         gamma=trial["gamma"] if trial["gamma"] is not None else 0.0, epsilon=trial["epsilon"] or 1.0, delta=trial["delta"],
         steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
@@ -126,10 +108,10 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
         selection_noise=trial.get("selection_noise", 50.0), selection_checkpoints=trial.get("selection_checkpoints", 5),
     )
-    dataset = _dataset(trial["dataset"], cfg.split_seed, cfg.preprocessing)
-    live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s, reused=reused)
-    result = train(cfg, dataset=dataset, progress=lambda entry: live.add(history_points(entry)))
-    live.flush()
+
+
+def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str, str]]:
+    """(metrics, params, tags) of one trained configuration, as its MLflow run and its pack-table row record them."""
     reported = result.reported
     metrics: dict[str, float] = {}
     for split in ("train", "val", "test"):
@@ -148,31 +130,143 @@ def execute_trial(trial: dict, tracking_uri: str, experiment_id: str, parent_run
         params.pop("run.steps", None)
         params["calibrated.steps"] = trial["steps"]
     params.update({f"privacy.{k}": v for k, v in p.items() if k != "outside_budget" and (not isinstance(v, float) or math.isfinite(v))})
-    tags.update(checkpoint=cfg.checkpoint, checkpoint_note=reported["rule_note"], privacy_notion=str(p.get("notion")),
-                preprocessing=cfg.preprocessing, outside_budget=" | ".join(p["outside_budget"]) or "none",
-                method_style=",".join(get_method(cfg.method).style))
+    cfg = result.config
+    tags = {"checkpoint": cfg["checkpoint"], "checkpoint_note": reported["rule_note"], "privacy_notion": str(p.get("notion")),
+            "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(p["outside_budget"]) or "none",
+            "method_style": ",".join(get_method(cfg["method"]).style)}
+    return metrics, params, tags
+
+
+def table_row(trial: dict, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
+    """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
+    row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
+                                     "delta", "config_id", "seed", "preprocessing", "checkpoint")}
+    row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),
+               skipped=trial.get("skip", ""), run_id=run_id)
+    row.update(tags or {})
+    row.update({k: v for k, v in (metrics or {}).items() if math.isfinite(v)})
+    return row
+
+
+@dataclass
+class ChildRun:
+    """A configuration's own MLflow run (phase-2 configurations): opened before training so that its curves
+    stream while the pack trains; ``done`` when an earlier attempt completed it (then nothing is logged again)."""
+
+    run_id: str
+    done: bool
+    live: tracking.LiveMetrics | None
+
+    @staticmethod
+    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float) -> "ChildRun":
+        run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial)
+        return ChildRun(run_id, done is not None, None if done is not None else tracking.LiveMetrics(uri, run_id, flush_every_s, reused=reused))
+
+    def close(self, trial: dict, result, metrics, params, tags, uri: str, dataset) -> None:
+        """Everything a single run has: params, metrics, tags, config, weights and the MLflow model."""
+        if self.done:
+            return
+        self.live.flush()
+        with tempfile.TemporaryDirectory() as tmp:
+            weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
+            np.savez(weights, **result.reported_params)
+            np.savez(weights_last, **result.final_params)
+            columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
+                                                     tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
+            tracking.log_trial(
+                uri, self.run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, [], tags,
+                {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
+                                            "privacy": result.privacy}, indent=2, default=str)},
+                {"weights.npz": weights, "weights_last.npz": weights_last},
+                model=lambda: mlflow_model.log_model(uri, self.run_id, weights, columns, dataset.n_classes),
+            )
+
+
+def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
+                 flush_every_s: float = 10.0) -> dict:
+    """Train and log one pack (its configurations in lockstep where a batched engine exists, see
+    :mod:`raco_bench.packs`); a pack already complete in MLflow is returned without retraining.
+
+    The pack's run holds ``configs.csv`` (a row per configuration: trial, tags, reported and last-iterate
+    metrics), ``curves.csv.gz`` (every configuration's evaluation curve) and ``weights.npz`` (reported and
+    last parameters per configuration). While it trains it streams ``pack/*`` curves (the step and the best
+    validation accuracy among the configurations evaluated there). With ``child_runs`` (phase 2) every
+    configuration also gets its own run with everything a single run has, its MLflow model included.
+    """
+    import pandas as pd
+    import torch
+
+    from raco_bench.packs.run import train_runs
+    from raco_bench.training.loop import prepare_run
+
+    torch.set_num_threads(1)  # one CPU per trial
+    run_id, done = tracking.get_or_create_pack_run(tracking_uri, experiment_id, parent_run_id, pack)
+    if done is not None:
+        return pack_summary(tracking.pack_tables(tracking_uri, [done]))
+    device, gpu_ids = _device(device)
+    env_tags = {"device": device, "ray_node_id": _node_id(), "ray_gpu_ids": gpu_ids or "none"}
+    members = pack["members"]
+    first = members[0]
+    cfgs = {t["trial_key"]: run_config(t, device) for t in members if not t.get("skip")}
+    dataset = _dataset(first["dataset"], next(iter(cfgs.values())).split_seed if cfgs else 0, first.get("preprocessing", "public"))
+    trained = [t for t in members if not t.get("skip")]
+    runs = [prepare_run(cfgs[t["trial_key"]], dataset) for t in trained]
+    live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
+    children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s) for t in trained] if pack.get("child_runs") else []
+    best: dict[int, float] = {}
+
+    def progress(k: int, entry: dict) -> None:
+        step = entry["step"]
+        if entry["val"]["accuracy"] > best.get(step, -1.0):
+            best[step] = entry["val"]["accuracy"]
+            live.add([("pack/best_val_accuracy", best[step], step)])
+        if children and children[k].live is not None:
+            children[k].live.add(history_points(entry))
+
+    results = train_runs(runs, progress)
+    live.flush()
+    rows, curves, arrays = [], [], {}
+    for t in members:
+        if t.get("skip"):
+            rows.append(table_row(t, run_id, {"val_max_constraint": math.inf}, {"skipped": t["skip"]}))
+    for k, (t, result) in enumerate(zip(trained, results)):
+        metrics, params, tags = trial_outputs(t, result)
+        tags.update(env_tags, **{"raco_bench.trial": json.dumps(t, sort_keys=True)})
+        if children:
+            children[k].close(t, result, metrics, params, tags, tracking_uri, dataset)
+        rows.append(table_row(t, children[k].run_id if children else run_id, metrics, {k: v for k, v in tags.items() if k != "raco_bench.trial"}))
+        curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
+        arrays.update({f"{t['trial_key']}/reported/{k}": v for k, v in result.reported_params.items()})
+        arrays.update({f"{t['trial_key']}/last/{k}": v for k, v in result.final_params.items()})
+    table = pd.DataFrame(rows)
     with tempfile.TemporaryDirectory() as tmp:
-        weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
-        np.savez(weights, **result.reported_params)
-        np.savez(weights_last, **result.final_params)
-        columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
-                                                 tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
-        tracking.log_trial(
-            tracking_uri, run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, [], tags,
-            {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
-                                        "privacy": p}, indent=2, default=str)},
-            {"weights.npz": weights, "weights_last.npz": weights_last},
-            model=lambda: mlflow_model.log_model(tracking_uri, run_id, weights, columns, dataset.n_classes),
-        )
-    return {k: metrics[k] for k in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent") if k in metrics}
+        table.to_csv(Path(tmp) / tracking.PACK_TABLE, index=False)
+        pd.DataFrame(curves, columns=["trial_key", "metric", "value", "step"]).to_csv(Path(tmp) / "curves.csv.gz", index=False)
+        np.savez_compressed(Path(tmp) / "weights.npz", **arrays)
+        summary = pack_summary(table)
+        tracking.log_trial(tracking_uri, run_id, {"configurations": len(members), "method": pack["method"]},
+                           {f"pack/{k}": v for k, v in summary.items() if isinstance(v, float) and math.isfinite(v)}, [],
+                           {**env_tags, "outside_budget": rows[0].get("outside_budget", "none") if rows else "none"}, {},
+                           {name: Path(tmp) / name for name in (tracking.PACK_TABLE, "curves.csv.gz", "weights.npz")})
+    return summary
+
+
+def pack_summary(table) -> dict:
+    """What a pack reports to Ray Tune (and the console): its size and its best configuration meeting the constraints."""
+    out = {"configurations": float(len(table))}
+    if "val_accuracy" in table and len(table):
+        out["val_accuracy_best"] = float(table["val_accuracy"].max())
+        cols = [c for c in ("method", "epsilon", "gamma", "config_id", "seed", "val_accuracy", "val_max_constraint") if c in table]
+        out["members"] = table[cols].to_json(orient="records")
+    return out
 
 
 def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict) -> None:
-    """The Ray Tune function trainable."""
+    """The Ray Tune function trainable: one trial is one pack."""
     import os
 
     from ray import tune
 
     os.environ.update(env)
-    summary = execute_trial(config["trial"], tracking_uri, experiment_id, parent_run_id, device)
-    tune.report({k: (v if math.isfinite(v) else -1.0) for k, v in summary.items()})
+    summary = execute_pack(config["pack"], tracking_uri, experiment_id, parent_run_id, device)
+    tune.report({k: (v if not isinstance(v, float) or math.isfinite(v) else -1.0) for k, v in summary.items()})

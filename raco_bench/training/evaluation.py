@@ -41,6 +41,19 @@ class EvalSplit:
         )
 
 
+def per_row_sums(onehot: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Σ_n onehot[n, g] · values[k, n, :] for every model k (K × G × c), as one matrix product."""
+    K, N, c = values.shape
+    flat = values.permute(1, 0, 2).reshape(N, K * c)
+    return (onehot.T @ flat).view(-1, K, c).permute(1, 0, 2)
+
+
+def linear_logits(weight: torch.Tensor, bias: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Logits of K linear models (weight K × c × d, bias K × c) on the rows of X: K × N × c, one matrix product."""
+    K, c, d = weight.shape
+    return (X @ weight.reshape(K * c, d).T).view(-1, K, c).permute(1, 0, 2) + bias[:, None, :]
+
+
 def _cell_rate_gaps(pred_onehot: torch.Tensor, cell: torch.Tensor, n_cells: int) -> torch.Tensor:
     """Per model, max over classes k of (max − min) over non-empty cells of P(ŷ = k | cell); K values."""
     K = pred_onehot.shape[0]
@@ -49,7 +62,7 @@ def _cell_rate_gaps(pred_onehot: torch.Tensor, cell: torch.Tensor, n_cells: int)
     present = counts > 0
     if int(present.sum()) < 2:
         return torch.zeros(K, dtype=torch.float64, device=pred_onehot.device)
-    sums = torch.matmul(cell_onehot.T, pred_onehot)  # K × cells × c
+    sums = per_row_sums(cell_onehot, pred_onehot)  # K × cells × c
     rates = sums[:, present] / counts[present][None, :, None]
     return (rates.max(1).values - rates.min(1).values).max(1).values
 
@@ -72,7 +85,7 @@ def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_gr
 def _rate_values(rates: CompiledRates, probs: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
     """Γ_j of K models from their (soft or hard) predictions K × N × c: K × J (eq. 6)."""
     part_onehot = torch.nn.functional.one_hot(parts, rates.n_parts).to(probs.dtype)
-    H = torch.matmul(part_onehot.T, probs)  # K × P × c (eq. 8)
+    H = per_row_sums(part_onehot, probs)  # K × P × c (eq. 8)
     MH = torch.matmul(rates.membership, H)
     sizes = MH.sum(-1, keepdim=True).clamp_min(1.0)
     return (MH / sizes).reshape(H.shape[0], -1) @ rates.weights.T

@@ -1,0 +1,168 @@
+"""`raco-bench bench throughput`: configurations per hour by pack size, measured side by side in one run.
+
+A configuration here is a full trial as a sweep trains it: RaCO-DP on Adult at ε = 1, δ = 1e-5,
+hyperparameters drawn from the method's search space, T calibrated from the budget (cached), the
+usual evaluations on train / validation / test every ``eval_every`` steps and at T, and the last
+iterate reported. Each pack size trains its own configurations (the same draws for every size),
+through the same call a sweep trial uses (:func:`raco_bench.packs.run.train_runs`); pack size 1 is
+each configuration trained alone. It prints, and logs to MLflow (experiment ``raco-bench-throughput``,
+shown by ``raco-bench report``):
+
+* configurations per hour for each pack size, and the step-only cost per configuration;
+* the ratio of a configuration's step cost in the largest pack to a single configuration's step;
+* the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ).
+
+Timings are wall-clock on this machine with one torch thread per process (CUDA where ``--device
+cuda``); they are for the table in the report, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+from raco_bench import tracking
+from raco_bench.methods import get_method
+from raco_bench.methods.space import sample_configs
+from raco_bench.privacy.calibration import CalibrationCache
+from raco_bench.progress import Progress
+
+EXPERIMENT = "raco-bench-throughput"
+
+
+def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None):
+    from raco_bench.training.config import RunConfig
+    from raco_bench.training.loop import prepare_run
+
+    configs = [fixed] * k if fixed is not None else sample_configs(get_method(method), 4 * k + 8, len(ds.train), seed=0)
+    runs = []
+    for i, params in enumerate(configs):
+        try:
+            runs.append(prepare_run(RunConfig(dataset=ds.name, method=method, epsilon=1.0, gamma=0.05, seed=i, device=device,
+                                              eval_every=eval_every, steps=steps, params=dict(params)), ds, cache))
+        except ValueError:  # the budget allows no step with this draw: a sweep skips it too
+            continue
+        if len(runs) == k:
+            return runs
+    raise RuntimeError(f"only {len(runs)} of {len(configs)} sampled configurations fit the budget")
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dict:
+    from raco_bench.data import load_dataset
+    from raco_bench.packs.run import train_runs
+
+    torch.set_num_threads(1)
+    ds = load_dataset("adult")
+    cache = CalibrationCache()
+    rows = []
+    progress = Progress("bench throughput", len(sizes) + 2, every=0.0)
+    for size in sizes:
+        k = singles if size == 1 else size
+        runs = _runs(ds, "raco-dp", k, device, eval_every, cache)
+        _sync(device)
+        t0 = time.perf_counter()
+        results = train_runs(runs) if size > 1 else [r for run in runs for r in train_runs([run])]
+        _sync(device)
+        wall = time.perf_counter() - t0
+        steps = sum(r.steps for r in results)
+        step_ms = statistics.fmean(r.timing["ms_per_step"] for r in results)
+        rows.append({"pack_size": size, "configurations": k, "seconds": wall, "configs_per_hour": 3600 * k / wall,
+                     "mean_T": steps / k, "step_ms_per_config": step_ms})
+        progress.advance(f"pack size {size}: {3600 * k / wall:,.0f} configurations/hour")
+    # step-only ratios at fixed settings (B = 1024, σ = 4, C = 1, T = 100): one configuration alone vs in the largest pack,
+    # and RaCO-DP vs DP-SGD inside that pack
+    big = max(sizes)
+    fixed = {"batch_size": 1024}
+    step_cost = {}
+    for method in ("raco-dp", "dp-sgd"):
+        alone = train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
+        packed = statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
+        step_cost[method] = (alone, packed)
+        progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
+    return {"rows": rows, "step_cost": step_cost, "largest": big}
+
+
+def hardware(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name()} (CUDA), torch {torch.__version__}"
+    return f"{platform.processor() or platform.machine()}, 1 torch thread, torch {torch.__version__}"
+
+
+def format_report(out: dict, hw: str) -> str:
+    lines = [f"hardware: {hw}", "", "| pack size | configurations | seconds | configurations / hour | mean T | step ms per configuration |",
+             "|---|---|---|---|---|---|"]
+    for r in out["rows"]:
+        lines.append(f"| {r['pack_size']} | {r['configurations']} | {r['seconds']:.1f} | {r['configs_per_hour']:,.0f} | {r['mean_T']:.0f} | "
+                     f"{r['step_ms_per_config']:.4f} |")
+    (ra, rp), (da, dp) = out["step_cost"]["raco-dp"], out["step_cost"]["dp-sgd"]
+    lines += ["", f"step cost per configuration in a pack of {out['largest']} / a single configuration's step: "
+              f"RaCO-DP {rp / ra:.3f} ({rp:.4f} / {ra:.3f} ms), DP-SGD {dp / da:.3f} ({dp:.4f} / {da:.3f} ms)",
+              f"RaCO-DP / DP-SGD step cost per configuration inside the pack: {rp / dp:.3f} (alone: {ra / da:.3f})"]
+    return "\n".join(lines)
+
+
+def log(uri: str, out: dict, hw: str) -> str:
+    from mlflow.entities import Metric, Param
+
+    c = tracking.client(uri)
+    exp = tracking.get_or_create_experiment(uri, EXPERIMENT)
+    (ra, rp), (da, dp) = out["step_cost"]["raco-dp"], out["step_cost"]["dp-sgd"]
+    parent = c.create_run(exp, tags={tracking.KIND: "throughput", "hardware": hw}, run_name=f"throughput {hw}")
+    c.log_batch(parent.info.run_id, metrics=[Metric("pack_step_ratio_raco_dp", rp / ra, 0, 0), Metric("pack_step_ratio_dp_sgd", dp / da, 0, 0),
+                                             Metric("raco_dp_over_dp_sgd_in_pack", rp / dp, 0, 0)],
+                params=[Param("largest_pack", str(out["largest"]))])
+    for r in out["rows"]:
+        child = c.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, tracking.KIND: "throughput-row"}, run_name=f"pack size {r['pack_size']}")
+        c.log_batch(child.info.run_id, params=[Param("pack_size", str(r["pack_size"])), Param("hardware", hw)],
+                    metrics=[Metric(k, float(v), 0, 0) for k, v in r.items() if k != "pack_size"])
+        c.set_terminated(child.info.run_id)
+    c.set_terminated(parent.info.run_id)
+    return parent.info.run_id
+
+
+def load(uri: str):
+    """The latest throughput benchmark's rows (pandas), or None."""
+    import pandas as pd
+
+    c = tracking.client(uri)
+    exp = c.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        return None
+    parents = tracking.search_all(uri, [exp.experiment_id], f"tags.`{tracking.KIND}` = 'throughput'", order_by=["attributes.start_time DESC"], limit=1)
+    if not parents:
+        return None
+    children = tracking.search_all(uri, [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
+    rows = [{**r.data.params, **r.data.metrics} for r in children]
+    return pd.DataFrame(rows).assign(pack_size=lambda d: d["pack_size"].astype(int)).sort_values("pack_size").reset_index(drop=True) if rows else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="raco-bench bench throughput", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="pack sizes (default: 1 16 64 256 on CPU, 1 64 256 1024 4096 on CUDA)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--eval-every", type=int, default=100, help="evaluation interval of every configuration (default 100)")
+    p.add_argument("--singles", type=int, default=8, help="configurations timed alone for pack size 1 (default 8)")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--no-mlflow", action="store_true")
+    args = p.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device here")
+    sizes = args.sizes or ([1, 64, 256, 1024, 4096] if args.device.startswith("cuda") else [1, 16, 64, 256])
+    if any(s < 1 for s in sizes):
+        p.error("pack sizes must be >= 1")
+    out = measure(sorted(set(sizes)), args.device, args.eval_every, args.singles)
+    hw = hardware(args.device)
+    print(format_report(out, hw))
+    if not args.no_mlflow:
+        uri = tracking.resolve_tracking_uri(args.tracking_uri)
+        print(f"logged to {uri}, experiment {EXPERIMENT!r}, run {log(uri, out, hw)}")
+    return 0
