@@ -230,6 +230,20 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
     retry(lambda: c.set_terminated(run_id, "FINISHED"))
 
 
+def latest_rows(uri: str, experiment: str, kind: str) -> list[dict]:
+    """The rows (params and metrics of the child runs) of the latest parent run tagged ``kind`` in
+    ``experiment``: how benchmarks log a table. Empty when there is none."""
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    parents = search_all(uri, [exp.experiment_id], f"tags.`{KIND}` = '{kind}'", order_by=["attributes.start_time DESC"], limit=1)
+    if not parents:
+        return []
+    children = search_all(uri, [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
+    return [{**r.data.params, **r.data.metrics} for r in children]
+
+
 def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: dict):
     """(run_id, completed_run_or_None) for a pack, keyed by its ``pack_key`` like a trial."""
     found = find_run(uri, experiment_id, {PACK_KEY: pack["pack_key"]})

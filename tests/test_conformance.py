@@ -106,8 +106,12 @@ def test_every_method_appears_in_a_smoke_sweep_and_its_report(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     exp = tracking.client(uri).get_experiment_by_name("synthetic-demographic-parity-smoke").experiment_id
-    trials = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
-    assert {r.data.tags["method"] for r in trials} == set(METHOD_NAMES)
+    table = tracking.pack_tables(uri, tracking.completed_packs(uri, exp))
+    assert set(table["method"]) == set(METHOD_NAMES) and table["trial_key"].is_unique
+    for row in table.to_dict("records"):  # every configuration's row, labelled as its plugin says
+        assert row["method_style"] == ",".join(get_method(row["method"]).style) and row["outside_budget"] == "none"
+    trials = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")  # phase-2 configurations' own runs
+    assert trials and {r.data.tags[tracking.TRIAL_KEY] for r in trials} == set(table.loc[table["phase"] == 2, "trial_key"])
     for r in trials:
         method = get_method(r.data.tags["method"])
         assert r.data.tags["method_style"] == ",".join(method.style) and r.data.tags["outside_budget"] == "none"

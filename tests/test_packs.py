@@ -94,13 +94,27 @@ def test_checkpoint_rules_pick_the_same_checkpoint_in_a_pack(adult, checkpoint):
                 torch.testing.assert_close(a["noisy_counts"], b["noisy_counts"], rtol=0, atol=2.0)  # same Laplace draws, counts ±1 row
 
 
+@pytest.mark.parametrize("privacy", ["full", "none"])
+def test_dp_fermi_packs_equivalently(adult, privacy):
+    specs = [("dp-fermi", dict(batch_size=256, privacy=privacy, fairness=2.0, lr=0.3, lr_w=0.8, clip_theta=0.5, clip_w=2.0, w_radius=1.0), 0.05, 30, 0),
+             ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
+    for res, run in zip(train_pack(_runs(adult, specs)), _runs(adult, specs)):
+        alone = execute(run)
+        _assert_same(res, alone, rtol=1e-4)
+        assert [e["w_norm"] for e in res.history] == pytest.approx([e["w_norm"] for e in alone.history], rel=1e-4)
+
+
 def test_runs_without_a_batched_engine_train_alone_in_the_same_call(adult):
-    runs = _runs(adult, [("dp-fermi", dict(batch_size=512), 0.05, 12, 0), ("raco-dp", dict(batch_size=512), 0.05, 12, 0),
-                         ("raco-dp", dict(batch_size=256), 0.05, 12, 1)])
+    specs = [("raco-dp", dict(batch_size=512, model="mlp", hidden=8), 0.05, 12, 0), ("raco-dp", dict(batch_size=512), 0.05, 12, 0),
+             ("dp-fermi", dict(batch_size=256), 0.05, 12, 1), ("raco-dp", dict(batch_size=256), 0.05, 12, 1)]
+    runs = _runs(adult, specs)
     assert pack_blocker(runs[0]) is not None and pack_blocker(runs[1]) is None
     results = train_runs(runs)
-    fresh = _runs(adult, [("dp-fermi", dict(batch_size=512), 0.05, 12, 0), ("raco-dp", dict(batch_size=512), 0.05, 12, 0)])
-    _assert_same(results[0], execute(fresh[0]), rtol=0)  # trained alone: bit for bit
-    _assert_same(results[1], execute(fresh[1]), rtol=1e-4)
+    fresh = _runs(adult, specs)
+    _assert_same(results[0], execute(fresh[0]), rtol=0)  # the MLP trains alone: bit for bit
+    for i in (1, 2, 3):  # two packs (raco-dp, dp-fermi), each in its own engine
+        _assert_same(results[i], execute(fresh[i]), rtol=1e-4)
     with pytest.raises(ValueError, match="cannot join a pack"):
         train_pack(runs)
+    with pytest.raises(ValueError, match="one method"):
+        train_pack([runs[1], runs[2]])

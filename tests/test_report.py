@@ -85,7 +85,7 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     import pandas as pd
 
     runs = pd.read_csv(out / "runs.csv")
-    assert set(runs["method"]) == {"raco-dp", "dp-fermi", "sgda"} and runs["run_id"].is_unique
+    assert set(runs["method"]) == {"raco-dp", "dp-fermi", "sgda"} and runs["trial_key"].is_unique
     wall = (out / "walltime.md").read_text()
     assert all(m in wall for m in ("raco-dp", "dp-sgd", "dp-fermi", "sgda", "sgd")) and "ratio to dp-sgd" in wall
     index = (out / "index.md").read_text()

@@ -133,15 +133,7 @@ def load(uri: str):
     """The latest throughput benchmark's rows (pandas), or None."""
     import pandas as pd
 
-    c = tracking.client(uri)
-    exp = c.get_experiment_by_name(EXPERIMENT)
-    if exp is None:
-        return None
-    parents = tracking.search_all(uri, [exp.experiment_id], f"tags.`{tracking.KIND}` = 'throughput'", order_by=["attributes.start_time DESC"], limit=1)
-    if not parents:
-        return None
-    children = tracking.search_all(uri, [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
-    rows = [{**r.data.params, **r.data.metrics} for r in children]
+    rows = tracking.latest_rows(uri, EXPERIMENT, "throughput")
     return pd.DataFrame(rows).assign(pack_size=lambda d: d["pack_size"].astype(int)).sort_values("pack_size").reset_index(drop=True) if rows else None
 
 

@@ -25,6 +25,12 @@ from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
 
 
+def take_rows(settings, index: torch.Tensor):
+    """A pack's settings dataclass restricted to the configurations at ``index`` (tensor fields indexed, flags kept)."""
+    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    return type(settings)(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+
+
 @dataclass(frozen=True)
 class PackSettings:
     """Per-configuration numbers of a pack (vectors of length K; J columns for γ)."""
@@ -52,9 +58,7 @@ class PackSettings:
         return int(self.seeds.shape[0])
 
     def take(self, index: torch.Tensor) -> "PackSettings":
-        """The settings of the configurations at ``index``."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return PackSettings(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+        return take_rows(self, index)
 
 
 @dataclass
@@ -150,16 +154,16 @@ def _gradients(sl: slice, state: PackState, data: TrainData, s: PackSettings, ra
     c = data.n_classes
     coef = estimates = None
     if s.constrained and rates is not None:
-        parts = table[..., c + 1 :] * mask[..., None]  # k × M × P, zero on padding
+        part = table[..., c + 1 :].argmax(-1, keepdim=True).expand(-1, -1, c)  # each row's part, one index per class column
         hard = s.hard[sl]
         hist_probs = probs
         if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
             hist_probs = torch.where(hard[:, None, None], torch.nn.functional.one_hot(probs.argmax(-1), c).to(probs.dtype), probs)
-        H = torch.bmm(parts.transpose(1, 2), hist_probs)  # line 2: k × P × c
+        H = probs.new_zeros(probs.shape[0], rates.n_parts, c).scatter_add_(1, part, hist_probs * mask[..., None])  # line 2: k × P × c
         if s.private:  # line 3: Ĥ = H + Lap(s_L), iid per cell
             H = H + s.laplace_scale[sl, None, None] * noise.laplace[sl].to(H.dtype).view_as(H)
         coef_parts, estimates = dual_quantities(rates, H, state.lam[sl], s.expected_batch[sl])  # lines 4 and 8
-        coef = torch.bmm(parts, coef_parts)
+        coef = torch.gather(coef_parts, 1, part)  # each row's coefficients (padding rows get weight zero below)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
     residual = probs - table[..., :c]
     if coef is not None:

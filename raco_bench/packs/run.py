@@ -7,10 +7,12 @@ the same one a single run uses (:class:`~raco_bench.training.loop.RunRecorder`).
 at the same step are one batched pass of those models over each split
 (:func:`~raco_bench.training.evaluation.evaluate_logits`).
 
-Which runs can share a pack: members of the Lagrangian family with logistic regression and the
-shared histogram batch, on the same training tensors, constraint structure and device. Any other run
-(DP-FERMI, the MLP, an independent histogram batch) trains alone through ``execute``, inside the same
-call, so a caller never needs to know which is which (:func:`train_runs`).
+Which runs can share a pack: runs of one method with a batched engine (the Lagrangian family with
+the shared histogram batch, :mod:`raco_bench.packs.lagrangian`; DP-FERMI in one privacy mode,
+:mod:`raco_bench.packs.fermi`), with logistic regression, on the same training tensors, constraint
+structure and device. Any other run (the MLP, an independent histogram batch, a method without an
+engine) trains alone through ``execute``, inside the same call, so a caller never needs to know which
+is which (:func:`train_runs`).
 """
 
 from __future__ import annotations
@@ -20,34 +22,16 @@ from typing import Callable
 
 import torch
 
+from baselines.dp_fermi import DPFermi
 from raco_bench.methods.raco_dp import LagrangianSGDA, lagrangian_report
+from raco_bench.packs.fermi import FermiPackSettings, FermiPackState, fermi_pack_step
 from raco_bench.packs.lagrangian import PackSettings, PackState, chunk_size, pack_step
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
 
-def pack_blocker(run: Run) -> str | None:
-    """None if ``run`` can join a Lagrangian pack, else why not."""
-    h = run.ctx.hyper
-    if not isinstance(run.method, LagrangianSGDA):
-        return f"method {run.method.name} has no batched engine yet"
-    if h.model != "logistic":
-        return "the MLP has no batched engine yet"
-    if run.method.constrained and h.histogram_batch != "shared":
-        return "histogram_batch=independent has no batched engine yet"
-    return None
-
-
-def _compatible(a: Run, b: Run) -> bool:
-    pa, pb = a.ctx.plan, b.ctx.plan
-    same_rates = (a.ctx.rates is None) == (b.ctx.rates is None) and (
-        a.ctx.rates is None or (torch.equal(a.ctx.rates.membership, b.ctx.rates.membership) and torch.equal(a.ctx.rates.weights, b.ctx.rates.weights)))
-    return (type(a.method) is type(b.method) and a.ctx.dataset is b.ctx.dataset and pa.data.table.shape == pb.data.table.shape
-            and a.ctx.device == b.ctx.device and same_rates and set(a.evals) == set(b.evals))
-
-
-def settings(runs: list[Run]) -> PackSettings:
+def lagrangian_settings(runs: list[Run]) -> PackSettings:
     """The per-configuration numbers of ``runs`` (all members of one Lagrangian method)."""
     dev = runs[0].ctx.device
     inf = float("inf")
@@ -78,48 +62,139 @@ def settings(runs: list[Run]) -> PackSettings:
     )
 
 
+class LagrangianEngine:
+    """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        first = runs[0]
+        self.settings = lagrangian_settings(runs)
+        self.steps = self.settings.steps
+        init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
+        K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
+        self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
+                               torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
+        self.method, self.data = first.method, first.ctx.plan.data
+        self.rates = first.ctx.rates if first.method.constrained else None
+        self.chunk = chunk_size(self.settings, self.data, dev)
+
+    def step(self) -> None:
+        self.state = pack_step(self.state, self.data, self.settings, self.rates, self.chunk)
+
+    def linear(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.state.weight[index], self.state.bias[index]
+
+    def params(self, k: int) -> dict:
+        return self.state.params(k)
+
+    def report(self, k: int) -> dict:
+        est = self.state.estimates
+        return lagrangian_report(self.method, self.state.lam[k], est[k] if est is not None else None)
+
+
+class FermiEngine:
+    """DP-FERMI as a pack."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        first = runs[0]
+        dev = first.ctx.device
+        init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
+        h = [r.ctx.hyper for r in runs]
+        private = h[0].privacy != "none"
+        inf = float("inf")
+
+        def vec(values, dtype=torch.float32) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=dev)
+
+        self.settings = FermiPackSettings(
+            seeds=vec([r.ctx.run.seed for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
+            sampling_rate=vec([r.ctx.plan.q for r in runs], torch.float64), batch=vec([float(x.batch_size) for x in h]),
+            lr=vec([x.lr for x in h]), lr_w=vec([x.lr_w for x in h]), fairness=vec([x.fairness for x in h]),
+            clip_theta=vec([x.clip_theta if private else inf for x in h]), clip_w=vec([x.clip_w if private else inf for x in h]),
+            noise_theta=vec([r.ctx.plan.sigma * x.clip_theta if private else 0.0 for r, x in zip(runs, h)]),
+            noise_w=vec([r.ctx.plan.sigma * x.clip_w if private else 0.0 for r, x in zip(runs, h)]),
+            radius=vec([x.w_radius for x in h]), private=private)
+        self.steps = self.settings.steps
+        self.state = FermiPackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
+                                    torch.stack([i.W for i in init]), torch.stack([i.inv_sqrt_p for i in init]), 0)
+        plan = first.ctx.plan
+        self.data, self.ctx_ids, self.groups = plan.data, plan.ctx_ids, plan.s
+
+    def step(self) -> None:
+        self.state = fermi_pack_step(self.state, self.data, self.ctx_ids, self.groups, self.settings)
+
+    def linear(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.state.weight[index], self.state.bias[index]
+
+    def params(self, k: int) -> dict:
+        return self.state.params(k)
+
+    def report(self, k: int) -> dict:
+        return {"w_norm": float(self.state.W[k].norm())}
+
+
+def _engine(run: Run):
+    if isinstance(run.method, LagrangianSGDA):
+        return LagrangianEngine
+    if isinstance(run.method, DPFermi):
+        return FermiEngine
+    return None
+
+
+def pack_blocker(run: Run) -> str | None:
+    """None if ``run`` can join a pack, else why not."""
+    h = run.ctx.hyper
+    if _engine(run) is None:
+        return f"method {run.method.name} has no batched engine yet"
+    if h.model != "logistic":
+        return "the MLP has no batched engine yet"
+    if isinstance(run.method, LagrangianSGDA) and run.method.constrained and h.histogram_batch != "shared":
+        return "histogram_batch=independent has no batched engine yet"
+    return None
+
+
+def _compatible(a: Run, b: Run) -> bool:
+    pa, pb = a.ctx.plan, b.ctx.plan
+    same_rates = (a.ctx.rates is None) == (b.ctx.rates is None) and (
+        a.ctx.rates is None or (torch.equal(a.ctx.rates.membership, b.ctx.rates.membership) and torch.equal(a.ctx.rates.weights, b.ctx.rates.weights)))
+    same_mode = getattr(a.ctx.hyper, "privacy", None) == getattr(b.ctx.hyper, "privacy", None)  # DP-FERMI: one privacy mode per pack
+    return (type(a.method) is type(b.method) and a.ctx.dataset is b.ctx.dataset and pa.data.table.shape == pb.data.table.shape
+            and a.ctx.device == b.ctx.device and same_rates and same_mode and set(a.evals) == set(b.evals))
+
+
 def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:
-    """Train compatible Lagrangian runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations."""
+    """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations."""
     for r in runs:
         why = pack_blocker(r)
         if why is not None:
             raise ValueError(f"run {r.ctx.run.method} seed {r.ctx.run.seed} cannot join a pack: {why}")
         if not _compatible(runs[0], r):
-            raise ValueError("a pack holds runs of one method on the same training data, constraints and device")
+            raise ValueError("a pack holds runs of one method (and one privacy mode) on the same training data, constraints and device")
     first = runs[0]
-    method, ctx0 = first.method, first.ctx
-    s = settings(runs)
+    ctx0 = first.ctx
+    engine = _engine(first)(runs)
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]
-    init = [method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
-    J = init[0].lam.shape[0]
-    state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
-                      torch.zeros(K, J, device=ctx0.device), torch.zeros(K, J, device=ctx0.device), 0)
-    data, rates = ctx0.plan.data, ctx0.rates if method.constrained else None
-    chunk = chunk_size(s, data, ctx0.device)
     step_time = torch.zeros(K, dtype=torch.float64)  # each step's time, shared by the configurations it trained
-    for t in range(1, int(s.steps.max()) + 1):
+    for t in range(1, int(engine.steps.max()) + 1):
         t0 = time.perf_counter()
-        state = pack_step(state, data, s, rates, chunk)
-        live = (s.steps >= t).cpu()
+        engine.step()
+        live = (engine.steps >= t).cpu()
         step_time[live] += (time.perf_counter() - t0) / int(live.sum())
         due = [k for k in range(K) if recorders[k].wants(t)]
         if not due:
             continue
-        index = torch.tensor(due, device=ctx0.device)
-        weight, bias = state.weight[index], state.bias[index]
+        weight, bias = engine.linear(torch.tensor(due, device=ctx0.device))
         metrics, val_logits = {}, None
         for name, split in first.evals.items():
             logits = linear_logits(weight, bias, split.X)
             if name == "val":
                 val_logits = logits
-            metrics[name] = evaluate_logits(logits, split, [runs[k].ctx.hyper.temperature for k in due], ctx0.dataset.n_groups,
+            metrics[name] = evaluate_logits(logits, split, [getattr(runs[k].ctx.hyper, "temperature", 1.0) for k in due], ctx0.dataset.n_groups,
                                             ctx0.dataset.n_classes, ctx0.rates, torch.stack([runs[k].ctx.rates.gamma for k in due]))
         for i, k in enumerate(due):
-            report = lagrangian_report(method, state.lam[k], state.estimates[k] if state.estimates is not None else None)
-            recorders[k].observe(t, state.params(k), {name: m[i] for name, m in metrics.items()}, report,
+            recorders[k].observe(t, engine.params(k), {name: m[i] for name, m in metrics.items()}, engine.report(k),
                                  val_logits[i] if val_logits is not None else None)
-    return [rec.result(snapshot(state.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
+    return [rec.result(snapshot(engine.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
 
 
 def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:

@@ -9,7 +9,7 @@ import pandas as pd
 from raco_bench import tracking
 
 COLUMNS = [
-    "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
+    "trial_key", "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
     "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "style", "epsilon_spent", "steps", "ms_per_step",
     "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
     "val_accuracy", "val_max_constraint", "train_max_constraint", "params",

@@ -35,15 +35,7 @@ def log_walltime(uri: str, timings, hardware: str, experiment: str, reference: s
 
 def load_walltime(uri: str, experiment: str = WALLTIME_EXPERIMENT) -> pd.DataFrame | None:
     """The latest benchmark invocation's rows, or None when the benchmark was never logged."""
-    c = tracking.client(uri)
-    exp = c.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    parents = tracking.search_all(uri, [exp.experiment_id], f"tags.`{tracking.KIND}` = 'walltime'", order_by=["attributes.start_time DESC"], limit=1)
-    if not parents:
-        return None
-    children = tracking.search_all(uri, [exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'")
-    rows = [{**r.data.params, **r.data.metrics} for r in children]
+    rows = tracking.latest_rows(uri, experiment, "walltime")
     if not rows:
         return None
     df = pd.DataFrame(rows)

@@ -1,0 +1,127 @@
+"""DP-FERMI's step for K configurations at once (logistic regression), as batched tensors: parameters
+K × c × d, the ERMI variable W as K × contexts × G × c.
+
+Every configuration keeps its own λ (fairness), η_θ, η_w, C_θ, C_W, σ, radius D, expected batch size,
+seed, T and its own released group proportions P̂_S. Step t draws the Poisson batch and one Gaussian
+vector (θ's parameters in order, then W) from the streams of (seed, t), exactly as
+``baselines.dp_fermi.DPFermi.step`` does alone; the formulas are those of ``baselines/ermi.py``
+(docs/methods/dp-fermi.md), written for a leading configuration dimension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from raco_bench.packs.lagrangian import _softmax, take_rows
+from raco_bench.privacy import counter_rng as rng
+from raco_bench.training.step import TrainData
+
+
+@dataclass(frozen=True)
+class FermiPackSettings:
+    seeds: torch.Tensor
+    steps: torch.Tensor
+    sampling_rate: torch.Tensor  # float64
+    batch: torch.Tensor  # m
+    lr: torch.Tensor
+    lr_w: torch.Tensor
+    fairness: torch.Tensor
+    clip_theta: torch.Tensor  # inf: none
+    clip_w: torch.Tensor  # inf: none
+    noise_theta: torch.Tensor  # σ·C_θ (0: none)
+    noise_w: torch.Tensor  # σ·C_W
+    radius: torch.Tensor
+    private: bool
+
+    @property
+    def size(self) -> int:
+        return int(self.seeds.shape[0])
+
+    def take(self, index: torch.Tensor) -> "FermiPackSettings":
+        return take_rows(self, index)
+
+
+@dataclass
+class FermiPackState:
+    weight: torch.Tensor  # K × c × d
+    bias: torch.Tensor  # K × c
+    W: torch.Tensor  # K × contexts × G × c
+    inv_sqrt_p: torch.Tensor  # K × contexts × G, from each configuration's released counts
+    step: int
+
+    def params(self, k: int) -> dict[str, torch.Tensor]:
+        return {"weight": self.weight[k], "bias": self.bias[k]}
+
+    def take(self, index: torch.Tensor) -> "FermiPackState":
+        return FermiPackState(self.weight[index], self.bias[index], self.W[index], self.inv_sqrt_p[index], self.step)
+
+    def put(self, index: torch.Tensor, part: "FermiPackState") -> "FermiPackState":
+        def merged(whole: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+            out = whole.clone()
+            out[index] = new
+            return out
+
+        return FermiPackState(merged(self.weight, part.weight), merged(self.bias, part.bias), merged(self.W, part.W), self.inv_sqrt_p, part.step)
+
+
+def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings) -> FermiPackState:
+    """One DP-FERMI step for every configuration within its T; the others keep their state."""
+    t = state.step + 1
+    live = s.steps >= t
+    if not bool(live.all()):
+        index = torch.nonzero(live).flatten()
+        return state.put(index, _step(state.take(index), data, ctx_ids, groups, s.take(index)))
+    return _step(state, data, ctx_ids, groups, s)
+
+
+def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings) -> FermiPackState:
+    t = state.step + 1
+    K = s.size
+    rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
+    flat = rows.reshape(-1)
+    table = torch.index_select(data.table, 0, flat).view(*rows.shape, -1)
+    Xb = torch.index_select(data.X, 0, flat).view(*rows.shape, -1)
+    cb, sb = ctx_ids[rows], groups[rows]  # K × M
+    mask = valid.to(Xb.dtype)
+    c = data.n_classes
+    n_ctx, G = state.W.shape[1], state.W.shape[2]
+    k_index = torch.arange(K, device=rows.device)[:, None].expand_as(rows)
+    ipb = state.inv_sqrt_p[k_index, cb, sb]  # K × M
+    F = _softmax(torch.baddbmm(state.bias[:, None, :], Xb, state.weight.transpose(1, 2)))
+    # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/ermi.py)
+    colsq = (state.W**2).sum(2)  # K × contexts × c
+    a = 2.0 * ipb[..., None] * state.W[k_index, cb, sb] - colsq[k_index, cb]
+    coef = s.fairness[:, None, None] * a
+    # θ: rank-1 per-sample gradients of CE + ⟨coef, F⟩, clipped to C_θ
+    residual = F - table[..., :c]
+    residual = torch.addcmul(residual, F, coef - (coef * F).sum(-1, keepdim=True))
+    norms_sq = residual.square().sum(-1) * table[..., c]
+    factor = torch.rsqrt(norms_sq).mul_(s.clip_theta[:, None]).clamp_(max=1.0) * mask
+    residual = residual * factor[..., None]
+    grad_w = torch.bmm(residual.transpose(1, 2), Xb)
+    grad_b = residual.sum(1)
+    # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form
+    inner = colsq[k_index, cb] - 2.0 * ipb[..., None] * state.W[k_index, cb, sb] + (ipb**2)[..., None]
+    norms = 2.0 * torch.sqrt((F**2 * inner).sum(-1).clamp_min(0.0))
+    weight = (s.clip_w[:, None] / norms.clamp_min(1e-12)).clamp(max=1.0) * mask
+    wF = weight[..., None] * F  # K × M × c
+    ctx_onehot = torch.nn.functional.one_hot(cb, n_ctx).to(F.dtype)  # K × M × contexts
+    cell_onehot = torch.nn.functional.one_hot(cb * G + sb, n_ctx * G).to(F.dtype)
+    per_ctx = torch.bmm(ctx_onehot.transpose(1, 2), wF)  # K × contexts × c
+    cell = torch.bmm(cell_onehot.transpose(1, 2), wF * ipb[..., None]).view(K, n_ctx, G, c)
+    gW = -2.0 * state.W * per_ctx[:, :, None, :] + 2.0 * cell
+    if s.private:
+        d = grad_w.shape[2]
+        z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN), c * d + c + n_ctx * G * c).to(grad_w.dtype)
+        grad_w = grad_w + s.noise_theta[:, None, None] * z[:, : c * d].view_as(grad_w)
+        grad_b = grad_b + s.noise_theta[:, None] * z[:, c * d : c * d + c]
+        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)
+    step = (s.lr / s.batch)
+    weight_new = state.weight - step[:, None, None] * grad_w
+    bias_new = state.bias - step[:, None] * grad_b
+    W = state.W + (s.lr_w * s.fairness / s.batch)[:, None, None, None] * gW
+    norms_W = W.flatten(2).norm(dim=2).clamp_min(1e-12)  # Π onto {‖W_ctx‖_F ≤ D} per context block
+    W = W * (s.radius[:, None] / norms_W).clamp(max=1.0)[..., None, None]
+    return FermiPackState(weight_new, bias_new, W, state.inv_sqrt_p, t)
