@@ -162,13 +162,13 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
 
 
 LARGE_SWEEP = 500  # phase-1 trials above which a terminal user is asked to confirm
-TRIALS_PER_CPU_MINUTE = 12.0  # a rough planning rate (README: 24 trials/minute on 2 cores with default sizes)
+CONFIGS_PER_CPU_MINUTE = 60.0  # a rough planning rate with packs on a CPU (`raco-bench bench throughput`: 3,657 Adult configurations/hour)
 
 
 def confirm(spec: SweepSpec, trials: list[dict], args, cpus: float) -> None:
     """State the size of phase 1 and a rough time; ask before a large sweep when a person is at a terminal."""
-    minutes = len(trials) / (TRIALS_PER_CPU_MINUTE * max(cpus, 1.0))
-    print(f"[sweep] phase 1 has {len(trials)} trials ({len(spec.methods)} methods); at a rough {TRIALS_PER_CPU_MINUTE:g} trials per CPU-minute "
+    minutes = len(trials) / (CONFIGS_PER_CPU_MINUTE * max(cpus, 1.0))
+    print(f"[sweep] phase 1 has {len(trials)} configurations ({len(spec.methods)} methods); at a rough {CONFIGS_PER_CPU_MINUTE:g} per CPU-minute "
           f"on {cpus:g} CPUs that is about {minutes:.0f} min, then phase 2", flush=True)
     if len(trials) > LARGE_SWEEP and not args.yes and sys.stdin.isatty():
         if input("[sweep] start it? [y/N] ").strip().lower() not in ("y", "yes"):
@@ -226,7 +226,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     text, rows = summarize(spec, selections, results2)
     elapsed = time.perf_counter() - t0
     n_trials = len(trials1) + len(trials2)
-    text += f"\n{n_trials} trials in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} trials/minute)"
+    text += f"\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json"))
