@@ -21,7 +21,7 @@ COMMANDS = {
     "train": "train one configuration and print its summary",
     "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
     "report": "figures and tables of a sweep from MLflow",
-    "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), preprocessing (accuracy cost of public domains)",
+    "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), report-scale, preprocessing (accuracy cost of public domains)",
 }
 
 
@@ -138,6 +138,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.what == "steptime":
         return step_time.main(args.rest)
+    if args.what == "report-scale":
+        from raco_bench.benchmarks import report_scale
+
+        return report_scale.main(args.rest)
     if args.what == "throughput":
         from raco_bench.benchmarks import throughput
 
@@ -254,7 +258,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "preprocessing"], help="which benchmark (each has its own --help)")
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing"], help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
 
