@@ -143,20 +143,25 @@ def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int
     return run.info.run_id
 
 
-def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict):
-    """(run_id, completed_run_or_None, reused) for a trial; ``reused`` when an earlier attempt created the run."""
-    found = find_run(uri, experiment_id, {TRIAL_KEY: trial["trial_key"]})
+def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: dict[str, str], name: str):
+    """(run_id, completed_run_or_None, reused): the run whose ``key_tag`` tag has the value in ``tags``, created
+    with ``tags`` if there is none yet; ``reused`` when an earlier attempt created it."""
+    found = find_run(uri, experiment_id, {key_tag: tags[key_tag]})
     if found is not None:
         return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None), True
-    c = client(uri)
+    run = retry(lambda: client(uri).create_run(experiment_id, tags=tags, run_name=name))
+    return run.info.run_id, None, False
+
+
+def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict):
+    """(run_id, completed_run_or_None, reused) for a configuration's own run, keyed by its ``trial_key``."""
     tags = {
         "mlflow.parentRunId": parent_id, TRIAL_KEY: trial["trial_key"], SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
         KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
         "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": str(trial["gamma"]),
     }
     name = f"{trial['method']} eps={trial['epsilon']} gamma={trial['gamma']} config={trial['config_id']} seed={trial['seed']}"
-    run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=name))
-    return run.info.run_id, None, False
+    return _get_or_create_keyed_run(uri, experiment_id, TRIAL_KEY, tags, name)
 
 
 Point = tuple[str, float, int]  # (metric key, value, step)
@@ -200,12 +205,13 @@ class LiveMetrics:
         self._last = time.monotonic()
 
 
-def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, float], history: list[Point],
-              tags: dict[str, str], artifacts: dict[str, str], files: dict[str, Path], model: Callable[[], None] | None = None) -> None:
-    """Write a finished trial in batches, then mark it complete and finished (last, so a crash before it leaves it incomplete).
+def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, str],
+              files: dict[str, Path], model: Callable[[], None] | None = None) -> None:
+    """Write a finished trial (a pack, or a configuration's own run) in batches, then mark it complete and
+    finished (last, so a crash before it leaves it incomplete).
 
-    ``history`` holds step-indexed points not streamed by :class:`LiveMetrics`; ``model`` logs the
-    trial's MLflow model (see :mod:`raco_bench.mlflow_model`). Keys the run already holds (from a
+    ``metrics`` are final values (step 0); curves are streamed by :class:`LiveMetrics`. ``model`` logs
+    the run's MLflow model (see :mod:`raco_bench.mlflow_model`). Keys the run already holds (from a
     killed attempt) are not written twice.
     """
     from mlflow.entities import Metric, Param, RunTag
@@ -214,7 +220,6 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
     now = int(time.time() * 1000)
     held = retry(lambda: c.get_run(run_id)).data
     ms = [Metric(k, float(v), now, 0) for k, v in metrics.items() if k not in held.metrics]
-    ms += [Metric(k, float(v), now, int(s)) for k, v, s in history if k not in held.metrics]
     ps = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in held.params]  # a reused run keeps its params (same values)
     for i in range(0, len(ps), 100):  # MLflow's log_batch limits: 100 params, 1000 metrics per call
         retry(lambda i=i: c.log_batch(run_id, params=ps[i:i + 100]))
@@ -246,15 +251,11 @@ def latest_rows(uri: str, experiment: str, kind: str) -> list[dict]:
 
 def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: dict):
     """(run_id, completed_run_or_None) for a pack, keyed by its ``pack_key`` like a trial."""
-    found = find_run(uri, experiment_id, {PACK_KEY: pack["pack_key"]})
-    if found is not None:
-        return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None)
-    c = client(uri)
     tags = {"mlflow.parentRunId": parent_id, PACK_KEY: pack["pack_key"], SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]),
             KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
     name = f"pack {pack['method']} phase {pack['phase']} ({len(pack['members'])} configurations) {pack['pack_key'][:8]}"
-    run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=name))
-    return run.info.run_id, None
+    run_id, done, _ = _get_or_create_keyed_run(uri, experiment_id, PACK_KEY, tags, name)
+    return run_id, done
 
 
 def completed_packs(uri: str, experiment_id: str, sweep_id: str | None = None, phase: int | None = None) -> list:

@@ -33,7 +33,7 @@ def grow(uri: str, experiment: str, target: int) -> tuple[int, int, float]:
         run_id, _ = tracking.get_or_create_pack_run(uri, exp, parent, pack)
         with tempfile.TemporaryDirectory() as tmp:
             copy.to_csv(Path(tmp) / tracking.PACK_TABLE, index=False)
-            tracking.log_trial(uri, run_id, {"configurations": len(copy)}, {}, [], {}, {}, {tracking.PACK_TABLE: Path(tmp) / tracking.PACK_TABLE})
+            tracking.log_trial(uri, run_id, {"configurations": len(copy)}, {}, {}, {}, {tracking.PACK_TABLE: Path(tmp) / tracking.PACK_TABLE})
         n, added = n + len(copy), added + 1
     return n, added, (time.perf_counter() - t0) / max(added, 1)
 

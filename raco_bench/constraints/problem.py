@@ -140,25 +140,30 @@ class CompiledRates:
         return H.index_add_(0, parts, probs)
 
     def subset_sizes(self, H: torch.Tensor) -> torch.Tensor:
-        """n̂_u = max(1, Σ_{l∈u} Σ_k H[l, k]) (Algorithm 1 line 4; docs/methods/raco-dp.md, D2)."""
-        return (self.membership @ H.sum(dim=1)).clamp_min(1.0)
+        """n̂_u = max(1, Σ_{l∈u} Σ_k H[l, k]) (Algorithm 1 line 4; docs/methods/raco-dp.md, D2).
+
+        ``H`` is one histogram (P × c) or K stacked ones (K × P × c); the result is U or K × U."""
+        return (H.sum(dim=-1) @ self.membership.T).clamp_min(1.0)
 
     def values(self, H: torch.Tensor, sizes: torch.Tensor | None = None) -> torch.Tensor:
-        """Γ_j from a histogram (eq. 6 with exact H, eq. 12 with a noisy Ĥ)."""
+        """Γ_j from a histogram (eq. 6 with exact H, eq. 12 with a noisy Ĥ): J values, or K × J for K stacked histograms."""
         if sizes is None:
             sizes = self.subset_sizes(H)
-        rates = (self.membership @ H) / sizes[:, None]
-        return self.weights @ rates.reshape(-1)
+        rates = (self.membership @ H) / sizes[..., None]
+        return rates.flatten(-2) @ self.weights.T
 
-    def dual_quantities(self, H: torch.Tensor, lam: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def dual_quantities(self, H: torch.Tensor, lam: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """From one (noisy) histogram: the part coefficients of the current λ times ``scale``, and Γ̂ (eq. 12).
 
         The fused form of :meth:`part_coefficients` and :meth:`values` that the training step uses;
         both share n̂ = max(1, M·rowsum(H)) (the row sums of M·H are M·rowsum(H)). These tensors are
         tiny (at most J × U × c), so on the CPU the arithmetic runs in numpy on zero-copy views,
         which costs half the per-operation overhead of torch; other devices use torch.
+
+        A pack passes K stacked histograms (K × P × c), multipliers K × J and one scale per
+        configuration (K); it gets coefficients K × P × c and Γ̂ K × J, computed with torch.
         """
-        if H.device.type == "cpu":
+        if H.dim() == 2 and H.device.type == "cpu":
             M, W = self._numpy_structure(H.dtype)
             MH = M @ H.numpy()
             inv_sizes = 1.0 / np.maximum(MH.sum(1, keepdims=True), 1.0)
@@ -166,9 +171,10 @@ class CompiledRates:
             coef = M.T @ ((lam.numpy() @ W).reshape(-1, self.n_classes) * (inv_sizes * scale))
             return torch.from_numpy(coef), torch.from_numpy(estimates)
         MH = self.membership @ H
-        inv_sizes = MH.sum(1, keepdim=True).clamp_min(1.0).reciprocal()
-        estimates = self.weights @ (MH * inv_sizes).reshape(-1)
-        coef = self.membership.T @ ((lam @ self.weights).reshape(-1, self.n_classes) * (inv_sizes * scale))
+        inv_sizes = MH.sum(-1, keepdim=True).clamp_min(1.0).reciprocal()
+        estimates = (MH * inv_sizes).flatten(-2) @ self.weights.T
+        scale = torch.as_tensor(scale, dtype=H.dtype, device=H.device)[..., None, None]
+        coef = self.membership.T @ ((lam @ self.weights).unflatten(-1, (-1, self.n_classes)) * (inv_sizes * scale))
         return coef, estimates
 
     def _numpy_structure(self, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:

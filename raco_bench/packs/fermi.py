@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from raco_bench.packs.lagrangian import _softmax, take_rows
+from raco_bench.packs.lagrangian import _softmax, put_rows, take_rows
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
 
@@ -39,9 +39,6 @@ class FermiPackSettings:
     def size(self) -> int:
         return int(self.seeds.shape[0])
 
-    def take(self, index: torch.Tensor) -> "FermiPackSettings":
-        return take_rows(self, index)
-
 
 @dataclass
 class FermiPackState:
@@ -54,25 +51,13 @@ class FermiPackState:
     def params(self, k: int) -> dict[str, torch.Tensor]:
         return {"weight": self.weight[k], "bias": self.bias[k]}
 
-    def take(self, index: torch.Tensor) -> "FermiPackState":
-        return FermiPackState(self.weight[index], self.bias[index], self.W[index], self.inv_sqrt_p[index], self.step)
-
-    def put(self, index: torch.Tensor, part: "FermiPackState") -> "FermiPackState":
-        def merged(whole: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            out = whole.clone()
-            out[index] = new
-            return out
-
-        return FermiPackState(merged(self.weight, part.weight), merged(self.bias, part.bias), merged(self.W, part.W), self.inv_sqrt_p, part.step)
-
 
 def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings) -> FermiPackState:
     """One DP-FERMI step for every configuration within its T; the others keep their state."""
-    t = state.step + 1
-    live = s.steps >= t
+    live = s.steps > state.step
     if not bool(live.all()):
         index = torch.nonzero(live).flatten()
-        return state.put(index, _step(state.take(index), data, ctx_ids, groups, s.take(index)))
+        return put_rows(state, index, _step(take_rows(state, index), data, ctx_ids, groups, take_rows(s, index)))
     return _step(state, data, ctx_ids, groups, s)
 
 

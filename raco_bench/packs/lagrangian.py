@@ -25,10 +25,24 @@ from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
 
 
-def take_rows(settings, index: torch.Tensor):
-    """A pack's settings dataclass restricted to the configurations at ``index`` (tensor fields indexed, flags kept)."""
-    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
-    return type(settings)(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+def take_rows(pack, index: torch.Tensor):
+    """A pack's settings or state dataclass restricted to the configurations at ``index``: every tensor field
+    (leading dimension K) indexed, every other field (flags, the step count) kept."""
+    fields = {f.name: getattr(pack, f.name) for f in dataclasses.fields(pack)}
+    return type(pack)(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+
+
+def put_rows(whole, index: torch.Tensor, part):
+    """``whole`` with the configurations at ``index`` replaced by ``part`` (a :func:`take_rows` of it, advanced);
+    non-tensor fields (the step count) come from ``part``."""
+    def merged(a, b):
+        if not isinstance(a, torch.Tensor):
+            return b
+        out = a.clone()
+        out[index] = b
+        return out
+
+    return type(whole)(**{f.name: merged(getattr(whole, f.name), getattr(part, f.name)) for f in dataclasses.fields(whole)})
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,6 @@ class PackSettings:
     def size(self) -> int:
         return int(self.seeds.shape[0])
 
-    def take(self, index: torch.Tensor) -> "PackSettings":
-        return take_rows(self, index)
-
 
 @dataclass
 class PackState:
@@ -67,40 +78,11 @@ class PackState:
     bias: torch.Tensor  # K × c
     lam: torch.Tensor  # K × J
     velocity: torch.Tensor  # K × J
+    estimates: torch.Tensor  # K × J: each configuration's last Γ̂ (its method's report() shows the max; zeros before step 1)
     step: int  # steps taken (the same for every configuration; those past T_k are frozen)
-    estimates: torch.Tensor | None = None  # K × J: each configuration's last Γ̂ (its method's report() shows the max)
 
     def params(self, k: int) -> dict[str, torch.Tensor]:
         return {"weight": self.weight[k], "bias": self.bias[k]}
-
-    def take(self, index: torch.Tensor) -> "PackState":
-        return PackState(self.weight[index], self.bias[index], self.lam[index], self.velocity[index], self.step,
-                         None if self.estimates is None else self.estimates[index])
-
-    def put(self, index: torch.Tensor, part: "PackState") -> "PackState":
-        """This state with the configurations at ``index`` replaced by ``part`` (and the step count of ``part``)."""
-        def merged(whole: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            out = whole.clone()
-            out[index] = new
-            return out
-
-        estimates = self.estimates
-        if part.estimates is not None:
-            estimates = merged(self.estimates if self.estimates is not None else torch.zeros(self.lam.shape[0], part.estimates.shape[1],
-                                                                                             dtype=part.estimates.dtype, device=part.estimates.device),
-                               part.estimates)
-        return PackState(merged(self.weight, part.weight), merged(self.bias, part.bias), merged(self.lam, part.lam),
-                         merged(self.velocity, part.velocity), part.step, estimates)
-
-
-def dual_quantities(rates: CompiledRates, H: torch.Tensor, lam: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`CompiledRates.dual_quantities` for K histograms: (part coefficients K × P × c, Γ̂ K × J)."""
-    K, c = H.shape[0], rates.n_classes
-    MH = torch.matmul(rates.membership, H)  # K × U × c
-    inv_sizes = MH.sum(-1, keepdim=True).clamp_min(1.0).reciprocal()
-    estimates = (MH * inv_sizes).reshape(K, -1) @ rates.weights.T
-    coef = torch.matmul(rates.membership.T, (lam @ rates.weights).reshape(K, -1, c) * (inv_sizes * scale[:, None, None]))
-    return coef, estimates
 
 
 def _softmax(z: torch.Tensor) -> torch.Tensor:
@@ -162,7 +144,7 @@ def _gradients(sl: slice, state: PackState, data: TrainData, s: PackSettings, ra
         H = probs.new_zeros(probs.shape[0], rates.n_parts, c).scatter_add_(1, part, hist_probs * mask[..., None])  # line 2: k × P × c
         if s.private:  # line 3: Ĥ = H + Lap(s_L), iid per cell
             H = H + s.laplace_scale[sl, None, None] * noise.laplace[sl].to(H.dtype).view_as(H)
-        coef_parts, estimates = dual_quantities(rates, H, state.lam[sl], s.expected_batch[sl])  # lines 4 and 8
+        coef_parts, estimates = rates.dual_quantities(H, state.lam[sl], s.expected_batch[sl])  # lines 4 and 8
         coef = torch.gather(coef_parts, 1, part)  # each row's coefficients (padding rows get weight zero below)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
     residual = probs - table[..., :c]
@@ -185,36 +167,32 @@ def _gradients(sl: slice, state: PackState, data: TrainData, s: PackSettings, ra
 def pack_step(state: PackState, data: TrainData, s: PackSettings, rates: CompiledRates | None, chunk: int | None = None) -> PackState:
     """One simultaneous primal-dual step for every configuration still within its T (in chunks of ``chunk``);
     configurations past their T are left out of the computation and keep their state."""
-    t = state.step + 1
-    live = s.steps >= t
+    live = s.steps > state.step
     if not bool(live.all()):
         index = torch.nonzero(live).flatten()
-        return state.put(index, _step(state.take(index), data, s.take(index), rates, chunk))
+        return put_rows(state, index, _step(take_rows(state, index), data, take_rows(s, index), rates, chunk))
     return _step(state, data, s, rates, chunk)
 
 
 def _step(state: PackState, data: TrainData, s: PackSettings, rates: CompiledRates | None, chunk: int | None) -> PackState:
+    """The step of configurations that are all within their T."""
     t = state.step + 1
-    active = s.steps >= t
     chunk = chunk or s.size
     noise = StepNoise.draw(s, data, rates.n_parts if rates is not None else 0, t)
     parts = [_gradients(slice(i, i + chunk), state, data, s, rates, noise) for i in range(0, s.size, chunk)]
     grad_w = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     grad_b = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-    step_size = torch.where(active, -s.lr / s.expected_batch, torch.zeros_like(s.lr))  # line 7: divide by B
+    step_size = -s.lr / s.expected_batch  # line 7: divide by B
     weight = state.weight + step_size[:, None, None] * grad_w
     bias = state.bias + step_size[:, None] * grad_b
 
-    lam, velocity, last = state.lam, state.velocity, state.estimates
+    lam, velocity, estimates = state.lam, state.velocity, state.estimates
     if parts[0][2] is not None:  # line 9: projected ascent on λ (optionally with momentum and a box)
         estimates = torch.cat([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
         ascent = torch.where(s.clip_constraint_value[:, None], estimates.clamp(0.0, 1.0), estimates) - s.gamma
         momentum = s.dual_momentum[:, None]
         with_momentum = momentum > 0
-        new_velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
-        new_lam = torch.where(with_momentum, lam + new_velocity, lam + s.dual_lr[:, None] * ascent).clamp_min(0.0)
-        new_lam = torch.minimum(new_lam, s.lambda_max[:, None])
-        keep = active[:, None]
-        lam, velocity = torch.where(keep, new_lam, lam), torch.where(keep, new_velocity, velocity)
-        last = estimates if last is None else torch.where(keep, estimates, last)
-    return PackState(weight, bias, lam, velocity, t, last)
+        velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
+        lam = torch.where(with_momentum, lam + velocity, lam + s.dual_lr[:, None] * ascent).clamp_min(0.0)
+        lam = torch.minimum(lam, s.lambda_max[:, None])
+    return PackState(weight, bias, lam, velocity, estimates, t)

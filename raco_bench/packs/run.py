@@ -30,15 +30,18 @@ from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
+INF = float("inf")  # "no clipping" / "no box" as a per-configuration number
+
+
+def _vector(runs: list[Run], values, dtype=torch.float32) -> torch.Tensor:
+    """One value per configuration, on the pack's device."""
+    return torch.tensor(values, dtype=dtype, device=runs[0].ctx.device)
+
 
 def lagrangian_settings(runs: list[Run]) -> PackSettings:
     """The per-configuration numbers of ``runs`` (all members of one Lagrangian method)."""
     dev = runs[0].ctx.device
-    inf = float("inf")
-
-    def vec(values, dtype=torch.float32) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype, device=dev)
-
+    vec = lambda values, dtype=torch.float32: _vector(runs, values, dtype)  # noqa: E731
     st = [r.ctx.plan.settings for r in runs]
     method = runs[0].method
     return PackSettings(
@@ -46,14 +49,14 @@ def lagrangian_settings(runs: list[Run]) -> PackSettings:
         steps=vec([r.ctx.steps for r in runs], torch.int64),
         sampling_rate=vec([s.sampling_rate for s in st], torch.float64),
         expected_batch=vec([s.expected_batch for s in st]),
-        clip_norm=vec([s.clip_norm if s.clip_norm is not None else inf for s in st]),
+        clip_norm=vec([s.clip_norm if s.clip_norm is not None else INF for s in st]),
         noise_std=vec([s.noise_std for s in st]),
         laplace_scale=vec([s.laplace_scale or 0.0 for s in st]),
         temperature=vec([s.temperature for s in st]),
         lr=vec([s.lr for s in st]),
         dual_lr=vec([s.dual_lr for s in st]),
         hard=vec([s.dual_update == "hard" for s in st], torch.bool),
-        lambda_max=vec([s.lambda_max if s.lambda_max is not None else inf for s in st]),
+        lambda_max=vec([s.lambda_max if s.lambda_max is not None else INF for s in st]),
         dual_momentum=vec([s.dual_momentum for s in st]),
         clip_constraint_value=vec([s.clip_constraint_value for s in st], torch.bool),
         gamma=torch.stack([r.ctx.rates.gamma for r in runs]) if method.constrained else torch.zeros(len(runs), 0, device=dev),
@@ -62,7 +65,21 @@ def lagrangian_settings(runs: list[Run]) -> PackSettings:
     )
 
 
-class LagrangianEngine:
+class _LinearEngine:
+    """What :func:`train_pack` asks of an engine, for methods whose model is logistic regression
+    (``state.weight`` K × c × d and ``state.bias`` K × c); each engine adds ``step`` and ``report``."""
+
+    state: PackState | FermiPackState
+    steps: torch.Tensor
+
+    def linear(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.state.weight[index], self.state.bias[index]
+
+    def params(self, k: int) -> dict:
+        return self.state.params(k)
+
+
+class LagrangianEngine(_LinearEngine):
     """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack."""
 
     def __init__(self, runs: list[Run]) -> None:
@@ -72,7 +89,7 @@ class LagrangianEngine:
         init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
         K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
         self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
-                               torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
+                               torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
         self.method, self.data = first.method, first.ctx.plan.data
         self.rates = first.ctx.rates if first.method.constrained else None
         self.chunk = chunk_size(self.settings, self.data, dev)
@@ -80,36 +97,25 @@ class LagrangianEngine:
     def step(self) -> None:
         self.state = pack_step(self.state, self.data, self.settings, self.rates, self.chunk)
 
-    def linear(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.state.weight[index], self.state.bias[index]
-
-    def params(self, k: int) -> dict:
-        return self.state.params(k)
-
     def report(self, k: int) -> dict:
-        est = self.state.estimates
-        return lagrangian_report(self.method, self.state.lam[k], est[k] if est is not None else None)
+        return lagrangian_report(self.method, self.state.lam[k], self.state.estimates[k])
 
 
-class FermiEngine:
+class FermiEngine(_LinearEngine):
     """DP-FERMI as a pack."""
 
     def __init__(self, runs: list[Run]) -> None:
         first = runs[0]
-        dev = first.ctx.device
         init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
         h = [r.ctx.hyper for r in runs]
         private = h[0].privacy != "none"
-        inf = float("inf")
-
-        def vec(values, dtype=torch.float32) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype, device=dev)
+        vec = lambda values, dtype=torch.float32: _vector(runs, values, dtype)  # noqa: E731
 
         self.settings = FermiPackSettings(
             seeds=vec([r.ctx.run.seed for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
             sampling_rate=vec([r.ctx.plan.q for r in runs], torch.float64), batch=vec([float(x.batch_size) for x in h]),
             lr=vec([x.lr for x in h]), lr_w=vec([x.lr_w for x in h]), fairness=vec([x.fairness for x in h]),
-            clip_theta=vec([x.clip_theta if private else inf for x in h]), clip_w=vec([x.clip_w if private else inf for x in h]),
+            clip_theta=vec([x.clip_theta if private else INF for x in h]), clip_w=vec([x.clip_w if private else INF for x in h]),
             noise_theta=vec([r.ctx.plan.sigma * x.clip_theta if private else 0.0 for r, x in zip(runs, h)]),
             noise_w=vec([r.ctx.plan.sigma * x.clip_w if private else 0.0 for r, x in zip(runs, h)]),
             radius=vec([x.w_radius for x in h]), private=private)
@@ -121,12 +127,6 @@ class FermiEngine:
 
     def step(self) -> None:
         self.state = fermi_pack_step(self.state, self.data, self.ctx_ids, self.groups, self.settings)
-
-    def linear(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.state.weight[index], self.state.bias[index]
-
-    def params(self, k: int) -> dict:
-        return self.state.params(k)
 
     def report(self, k: int) -> dict:
         return {"w_norm": float(self.state.W[k].norm())}
@@ -198,7 +198,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
 
 
 def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:
-    """Results of ``runs`` in order: compatible Lagrangian runs trained as packs, every other run alone."""
+    """Results of ``runs`` in order: compatible runs of a method with a batched engine trained as packs, every other run alone."""
     results: list[RunResult | None] = [None] * len(runs)
     groups: list[list[int]] = []
     for i, r in enumerate(runs):

@@ -174,7 +174,7 @@ class ChildRun:
             columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
                                                      tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
             tracking.log_trial(
-                uri, self.run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, [], tags,
+                uri, self.run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, tags,
                 {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
                                             "privacy": result.privacy}, indent=2, default=str)},
                 {"weights.npz": weights, "weights_last.npz": weights_last},
@@ -207,10 +207,10 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     env_tags = {"device": device, "ray_node_id": _node_id(), "ray_gpu_ids": gpu_ids or "none"}
     members = pack["members"]
     first = members[0]
-    cfgs = {t["trial_key"]: run_config(t, device) for t in members if not t.get("skip")}
-    dataset = _dataset(first["dataset"], next(iter(cfgs.values())).split_seed if cfgs else 0, first.get("preprocessing", "public"))
     trained = [t for t in members if not t.get("skip")]
-    runs = [prepare_run(cfgs[t["trial_key"]], dataset) for t in trained]
+    cfgs = [run_config(t, device) for t in trained]
+    dataset = _dataset(first["dataset"], cfgs[0].split_seed if cfgs else 0, first.get("preprocessing", "public"))
+    runs = [prepare_run(cfg, dataset) for cfg in cfgs]
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
     children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s) for t in trained] if pack.get("child_runs") else []
     best: dict[int, float] = {}
@@ -234,7 +234,8 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         tags.update(env_tags, **{"raco_bench.trial": json.dumps(t, sort_keys=True)})
         if children:
             children[k].close(t, result, metrics, params, tags, tracking_uri, dataset)
-        rows.append(table_row(t, children[k].run_id if children else run_id, metrics, {k: v for k, v in tags.items() if k != "raco_bench.trial"}))
+        row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
+        rows.append(table_row(t, children[k].run_id if children else run_id, metrics, row_tags))
         curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
         arrays.update({f"{t['trial_key']}/reported/{k}": v for k, v in result.reported_params.items()})
         arrays.update({f"{t['trial_key']}/last/{k}": v for k, v in result.final_params.items()})
@@ -245,14 +246,15 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         np.savez_compressed(Path(tmp) / "weights.npz", **arrays)
         summary = pack_summary(table)
         tracking.log_trial(tracking_uri, run_id, {"configurations": len(members), "method": pack["method"]},
-                           {f"pack/{k}": v for k, v in summary.items() if isinstance(v, float) and math.isfinite(v)}, [],
+                           {f"pack/{k}": v for k, v in summary.items() if isinstance(v, float) and math.isfinite(v)},
                            {**env_tags, "outside_budget": rows[0].get("outside_budget", "none") if rows else "none"}, {},
                            {name: Path(tmp) / name for name in (tracking.PACK_TABLE, "curves.csv.gz", "weights.npz")})
     return summary
 
 
 def pack_summary(table) -> dict:
-    """What a pack reports to Ray Tune (and the console): its size and its best configuration meeting the constraints."""
+    """What a pack reports to Ray Tune and the console: its size, its best validation accuracy, and each member's
+    validation accuracy and constraint value (the console picks the best feasible ones from these)."""
     out = {"configurations": float(len(table))}
     if "val_accuracy" in table and len(table):
         out["val_accuracy_best"] = float(table["val_accuracy"].max())

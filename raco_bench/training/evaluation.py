@@ -85,10 +85,7 @@ def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_gr
 def _rate_values(rates: CompiledRates, probs: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
     """Γ_j of K models from their (soft or hard) predictions K × N × c: K × J (eq. 6)."""
     part_onehot = torch.nn.functional.one_hot(parts, rates.n_parts).to(probs.dtype)
-    H = per_row_sums(part_onehot, probs)  # K × P × c (eq. 8)
-    MH = torch.matmul(rates.membership, H)
-    sizes = MH.sum(-1, keepdim=True).clamp_min(1.0)
-    return (MH / sizes).reshape(H.shape[0], -1) @ rates.weights.T
+    return rates.values(per_row_sums(part_onehot, probs))  # H: K × P × c (eq. 8)
 
 
 @torch.no_grad()
