@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from raco_bench.packs.run import pack_blocker, train_pack, train_runs
+from raco_bench.packs.lagrangian import chunks, pack_step, slot_bytes
+from raco_bench.packs.rows import GatheredRows, IndexedRows
+from raco_bench.packs.run import LagrangianEngine, pack_blocker, train_pack, train_runs
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
 
@@ -25,9 +27,15 @@ PER_METHOD = {
 }
 
 
-def _runs(adult, specs, eval_every=10, checkpoint="last"):
-    return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=eval_every, checkpoint=checkpoint),
-                        adult) for m, p, g, T, seed in specs]
+@pytest.fixture(params=[IndexedRows, GatheredRows], ids=["indexed", "gathered"])
+def products(request):
+    """Both ways of multiplying batch rows (raco_bench/packs/rows.py): each must give the runs' results alone."""
+    return request.param
+
+
+def _runs(adult, specs, eval_every=10, checkpoint="last", constraint="demographic-parity"):
+    return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=eval_every, checkpoint=checkpoint,
+                                  constraint=constraint), adult) for m, p, g, T, seed in specs]
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> float:
@@ -50,32 +58,60 @@ def _assert_same(pack, alone, rtol: float):
     assert pack.reported["step"] == alone.reported["step"]
 
 
-def test_one_step_in_a_pack_equals_one_step_alone(adult):
+def test_one_step_in_a_pack_equals_one_step_alone(adult, products):
     """After one step every parameter agrees to 1e-5 relative: the same batch, the same noise, only the order of
     floating-point sums differs."""
     specs = [(m, dict(p), g, 1, seed) for m, p, g, _, seed in MIXED]
-    pack = train_pack(_runs(adult, specs))
+    runs = _runs(adult, specs)
+    assert LagrangianEngine(runs).data.few_parts  # demographic parity, two groups: the one-hot product path
+    pack = train_pack(runs, products=products)
     for res, run in zip(pack, _runs(adult, specs)):
         alone = execute(run)
         for name in alone.final_params:
             assert _close(res.final_params[name], alone.final_params[name], 1e-5) <= 1e-5
 
 
-def test_a_mixed_raco_dp_pack_equals_its_runs_alone(adult):
+def test_a_mixed_raco_dp_pack_equals_its_runs_alone(adult, products):
     """After up to 40 steps the parameters agree to 1e-4 relative: float32 round-off (~1e-7 per operation) is
     carried by the iterates, but the batches and noise are identical, so the trajectories cannot drift apart."""
     runs = _runs(adult, MIXED)
-    pack = train_pack(runs)
+    pack = train_pack(runs, products=products)
     for res, run in zip(pack, _runs(adult, MIXED)):
         _assert_same(res, execute(run), rtol=1e-4)
     frozen = pack[3]  # T = 1 inside a pack that runs 40 steps: it stopped changing after its own T
     assert frozen.steps == 1 and [e["step"] for e in frozen.history] == [1]
 
 
+def test_equalized_odds_packs_equivalently(adult, products):
+    """Equalized odds has four parts (label × group): the histogram is a scatter by part index, where
+    demographic parity's two parts use a product with the part one-hot (packs/lagrangian.py)."""
+    specs = [(m, p, g, T, seed) for m, p, g, T, seed in MIXED[:3]]
+    runs = _runs(adult, specs, constraint="equalized-odds")
+    assert not LagrangianEngine(runs).data.few_parts
+    for res, run in zip(train_pack(runs, products=products), _runs(adult, specs, constraint="equalized-odds")):
+        _assert_same(res, execute(run), rtol=1e-4)
+
+
+SHARED_CHUNK = [  # batch sizes within 1.25× of each other: one chunk, so the shorter batches carry padding slots
+    ("raco-dp", dict(batch_size=500, noise_multiplier=2.0, laplace_scale=1.0, lr=0.5, dual_lr=0.5), 0.02, 12, 10),
+    ("raco-dp", dict(batch_size=520, noise_multiplier=4.0, laplace_scale=2.0, dual_update="hard", dual_lr=1.0), 0.02, 12, 11),
+    ("raco-dp", dict(batch_size=540, noise_multiplier=1.0, laplace_scale=0.5, temperature=2.0), 0.05, 9, 12),
+]
+
+
+@pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])
+def test_configurations_sharing_a_chunk_equal_their_runs_alone(adult, products, constraint):
+    """Padding slots (a shorter batch inside its chunk's width) must count in no histogram cell and no gradient:
+    both histogram paths (one-hot product for two parts, scatter for four) and both row products."""
+    runs = _runs(adult, SHARED_CHUNK, constraint=constraint)
+    for res, run in zip(train_pack(runs, products=products), _runs(adult, SHARED_CHUNK, constraint=constraint)):
+        _assert_same(res, execute(run), rtol=1e-4)
+
+
 @pytest.mark.parametrize("method", list(PER_METHOD))
-def test_every_lagrangian_method_packs_equivalently(adult, method):
+def test_every_lagrangian_method_packs_equivalently(adult, method, products):
     specs = [(method, p, 0.05, T, seed) for (p, T, seed) in zip(PER_METHOD[method], (30, 17), (4, 5))]
-    for res, run in zip(train_pack(_runs(adult, specs)), _runs(adult, specs)):
+    for res, run in zip(train_pack(_runs(adult, specs), products=products), _runs(adult, specs)):
         _assert_same(res, execute(run), rtol=1e-4)
 
 
@@ -95,10 +131,10 @@ def test_checkpoint_rules_pick_the_same_checkpoint_in_a_pack(adult, checkpoint):
 
 
 @pytest.mark.parametrize("privacy", ["full", "none"])
-def test_dp_fermi_packs_equivalently(adult, privacy):
+def test_dp_fermi_packs_equivalently(adult, privacy, products):
     specs = [("dp-fermi", dict(batch_size=256, privacy=privacy, fairness=2.0, lr=0.3, lr_w=0.8, clip_theta=0.5, clip_w=2.0, w_radius=1.0), 0.05, 30, 0),
              ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
-    for res, run in zip(train_pack(_runs(adult, specs)), _runs(adult, specs)):
+    for res, run in zip(train_pack(_runs(adult, specs), products=products), _runs(adult, specs)):
         alone = execute(run)
         _assert_same(res, alone, rtol=1e-4)
         assert [e["w_norm"] for e in res.history] == pytest.approx([e["w_norm"] for e in alone.history], rel=1e-4)
@@ -118,3 +154,29 @@ def test_runs_without_a_batched_engine_train_alone_in_the_same_call(adult):
         train_pack(runs)
     with pytest.raises(ValueError, match="one method"):
         train_pack([runs[1], runs[2]])
+
+
+def test_chunks_bound_padding_and_memory_and_keep_every_configuration_once():
+    widths = [1000, 260, 4100, 1100, 250, 2000, 1240, 0, 4000]
+    groups = chunks(widths, per_slot=8, budget=10**9)
+    assert sorted(k for g in groups for k in g) == list(range(len(widths)))
+    for g in groups:  # padded to the widest: at most 1.25 × the narrowest + 64 rows
+        assert max(widths[k] for k in g) <= 1.25 * min(widths[k] for k in g) + 64
+    assert [sorted(g) for g in groups] == [[7], [1, 4], [0, 3, 6], [5], [2, 8]]
+    small = chunks([1000] * 10, per_slot=8, budget=3 * 1000 * 8)  # three configurations' arrays per chunk
+    assert [len(g) for g in small] == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize("products", [IndexedRows, GatheredRows], ids=["indexed", "gathered"])
+def test_a_step_does_not_depend_on_how_the_pack_is_chunked(adult, products):
+    """One chunk of four configurations and two chunks of two give the same state (same draws, same sums)."""
+    specs = [("raco-dp", dict(batch_size=512, noise_multiplier=2.0, laplace_scale=1.0, lr=0.5, dual_lr=0.5), 0.05, 8, seed) for seed in range(4)]
+    engine = LagrangianEngine(_runs(adult, specs), products)
+    two_per_chunk = 2 * 700 * slot_bytes(engine.data, products)  # batches of 512 ± 3σ rows: two fit, three do not
+    one, two = engine.state, engine.state
+    for _ in range(8):
+        one = pack_step(one, engine.data, engine.settings, engine.rates, products)
+        two = pack_step(two, engine.data, engine.settings, engine.rates, products, budget=two_per_chunk)
+    for name in ("weight", "bias", "lam", "estimates"):
+        torch.testing.assert_close(getattr(one, name), getattr(two, name), rtol=1e-5, atol=1e-7)
+    assert bool((one.estimates != 0).all())  # the histogram path ran for every configuration

@@ -12,6 +12,9 @@ shown by ``raco-bench report``):
 * the ratio of a configuration's step cost in the largest pack to a single configuration's step;
 * the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ).
 
+The two ratios use fixed settings (each method's defaults with B = 1024, T = 100); each step cost
+is the median of several runs after a warm-up run.
+
 Timings are wall-clock on this machine with one torch thread per process (CUDA where ``--device
 cuda``); they are for the table in the report, never asserted in tests.
 """
@@ -32,6 +35,7 @@ from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.progress import Progress
 
 EXPERIMENT = "raco-bench-throughput"
+REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of this many 100-step runs
 
 
 def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None):
@@ -78,14 +82,21 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         rows.append({"pack_size": size, "configurations": k, "seconds": wall, "configs_per_hour": 3600 * k / wall,
                      "mean_T": steps / k, "step_ms_per_config": step_ms})
         progress.advance(f"pack size {size}: {3600 * k / wall:,.0f} configurations/hour")
-    # step-only ratios at fixed settings (B = 1024, σ = 4, C = 1, T = 100): one configuration alone vs in the largest pack,
-    # and RaCO-DP vs DP-SGD inside that pack
+    # step-only ratios at fixed settings (the method's defaults with B = 1024, T = 100): one configuration alone vs in the
+    # largest pack, and RaCO-DP vs DP-SGD inside that pack; after a warm-up, the median of repeats (a 100-step run is short)
     big = max(sizes)
     fixed = {"batch_size": 1024}
     step_cost = {}
     for method in ("raco-dp", "dp-sgd"):
-        alone = train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
-        packed = statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
+        def alone_ms() -> float:
+            return train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
+
+        def packed_ms() -> float:
+            return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
+
+        alone_ms()
+        alone = statistics.median(alone_ms() for _ in range(REPEATS_ALONE))
+        packed = statistics.median(packed_ms() for _ in range(REPEATS_PACKED))
         step_cost[method] = (alone, packed)
         progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
     return {"rows": rows, "step_cost": step_cost, "largest": big}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.packs.lagrangian import _softmax, put_rows, take_rows
+from raco_bench.packs.rows import RowProducts, rows_for
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
 
@@ -52,29 +53,34 @@ class FermiPackState:
         return {"weight": self.weight[k], "bias": self.bias[k]}
 
 
-def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings) -> FermiPackState:
-    """One DP-FERMI step for every configuration within its T; the others keep their state."""
+def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
+                    products: RowProducts | None = None) -> FermiPackState:
+    """One DP-FERMI step for every configuration within its T (batch products by ``products``, default
+    :func:`~raco_bench.packs.rows.rows_for` the device); the others keep their state."""
+    products = products or rows_for(data.X.device)
     live = s.steps > state.step
+    if not bool(live.any()):
+        return state
     if not bool(live.all()):
         index = torch.nonzero(live).flatten()
-        return put_rows(state, index, _step(take_rows(state, index), data, ctx_ids, groups, take_rows(s, index)))
-    return _step(state, data, ctx_ids, groups, s)
+        return put_rows(state, index, _step(take_rows(state, index), data, ctx_ids, groups, take_rows(s, index), products))
+    return _step(state, data, ctx_ids, groups, s, products)
 
 
-def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings) -> FermiPackState:
+def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
+          products: RowProducts) -> FermiPackState:
     t = state.step + 1
     K = s.size
     rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
-    flat = rows.reshape(-1)
-    table = torch.index_select(data.table, 0, flat).view(*rows.shape, -1)
-    Xb = torch.index_select(data.X, 0, flat).view(*rows.shape, -1)
+    table = torch.index_select(data.table, 0, rows.reshape(-1)).view(*rows.shape, -1)
+    batch = products(data.X, rows)
     cb, sb = ctx_ids[rows], groups[rows]  # K × M
-    mask = valid.to(Xb.dtype)
+    mask = valid.to(table.dtype)
     c = data.n_classes
     n_ctx, G = state.W.shape[1], state.W.shape[2]
     k_index = torch.arange(K, device=rows.device)[:, None].expand_as(rows)
     ipb = state.inv_sqrt_p[k_index, cb, sb]  # K × M
-    F = _softmax(torch.baddbmm(state.bias[:, None, :], Xb, state.weight.transpose(1, 2)))
+    F = _softmax(batch.logits(state.weight, state.bias).permute(1, 2, 0))  # K × M × c
     # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/ermi.py)
     colsq = (state.W**2).sum(2)  # K × contexts × c
     a = 2.0 * ipb[..., None] * state.W[k_index, cb, sb] - colsq[k_index, cb]
@@ -85,7 +91,7 @@ def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups:
     norms_sq = residual.square().sum(-1) * table[..., c]
     factor = torch.rsqrt(norms_sq).mul_(s.clip_theta[:, None]).clamp_(max=1.0) * mask
     residual = residual * factor[..., None]
-    grad_w = torch.bmm(residual.transpose(1, 2), Xb)
+    grad_w = batch.gradient_sums(residual.permute(2, 0, 1))
     grad_b = residual.sum(1)
     # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form
     inner = colsq[k_index, cb] - 2.0 * ipb[..., None] * state.W[k_index, cb, sb] + (ipb**2)[..., None]

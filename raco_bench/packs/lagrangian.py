@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
+from raco_bench.packs.rows import GatheredRows, RowProducts, rows_for
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
 
@@ -91,15 +92,70 @@ def _softmax(z: torch.Tensor) -> torch.Tensor:
     return e / e.sum(-1, keepdim=True)
 
 
-def chunk_size(s: PackSettings, data: TrainData, device: torch.device) -> int:
-    """Configurations per chunk of a step: on the CPU the gathered batches of a chunk (≈ 4 MB) stay in cache
-    between the forward and backward products, which makes a step several times faster than one pass
-    over all K; on a GPU one chunk holds up to 1 GB."""
-    n, d = data.X.shape
-    q = float(s.sampling_rate.max())
-    per_config = (n * q + 6 * (n * q + 1) ** 0.5 + 16) * (d + data.table.shape[1]) * data.X.element_size()
-    budget = 2**30 if device.type == "cuda" else 4 * 2**20
-    return max(1, min(s.size, int(budget // per_config)))
+FEW_PARTS = 2  # up to this many parts, the histogram and the coefficients are products with the part one-hot
+
+
+@dataclass(frozen=True)
+class PackData:
+    """The training split as a pack reads it: X (n × d) and, class-major, one table of per-row constants
+    (one gather per step fetches a batch's): rows 0…c−1 the one-hot label, row c ‖x‖² + 1 (the squared
+    norm of [x; 1]), then the row's part, as P one-hot rows where there are at most :data:`FEW_PARTS`
+    parts, else as one row holding the index (a float; 0 without constraints)."""
+
+    X: torch.Tensor
+    per_row: torch.Tensor
+    n_classes: int
+    n_parts: int
+
+    @staticmethod
+    def of(data: TrainData) -> "PackData":
+        c = data.n_classes
+        onehot = data.table[:, c + 1 :]
+        if 0 < data.n_parts <= FEW_PARTS:
+            part = onehot.T
+        else:
+            part = (onehot.argmax(1).to(data.X.dtype) if data.n_parts else data.X.new_zeros(data.n))[None]
+        return PackData(data.X, torch.cat([data.table[:, : c + 1].T, part]).contiguous(), c, data.n_parts)
+
+    @property
+    def few_parts(self) -> bool:
+        return 0 < self.n_parts <= FEW_PARTS
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+def slot_bytes(data: PackData, products: RowProducts) -> int:
+    """Bytes that one padded batch slot of one configuration takes in a step's arrays: the copied row and
+    its constants for gathered rows, the per-class arrays for indexed products."""
+    width = data.X.shape[1] + data.per_row.shape[0] if products is GatheredRows else 4 * data.n_classes
+    return width * data.X.element_size()
+
+
+def chunk_budget(device: torch.device) -> int:
+    """Bytes of padded per-slot arrays a chunk may hold: 1 GiB on a GPU, 64 MiB on a CPU."""
+    return 2**30 if device.type == "cuda" else 2**26
+
+
+def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25) -> list[list[int]]:
+    """The configurations of a step grouped into chunks, each padded to its widest batch.
+
+    Sorted by this step's batch size, a chunk takes configurations while the widest stays within
+    ``slack`` times the narrowest (plus 64 rows, so that small batches are not split finely) and
+    the chunk's padded arrays fit ``budget``. Padding then wastes at most about a quarter of a
+    chunk, whatever batch sizes the pack mixes, and a pack of similar batch sizes is one chunk: on
+    a CPU a step costs mostly per operation, so fewer chunks are faster."""
+    order = sorted(range(len(widths)), key=widths.__getitem__)
+    out: list[list[int]] = []
+    for k in order:
+        if out:
+            first, chunk = widths[out[-1][0]], out[-1]
+            if widths[k] <= slack * first + 64 and (len(chunk) + 1) * max(widths[k], 1) * per_slot <= budget:
+                chunk.append(k)
+                continue
+        out.append([k])
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,83 +168,112 @@ class StepNoise:
     gaussian: torch.Tensor | None  # K × (c·d + c) unit Gaussians (line 6), weight then bias
 
     @staticmethod
-    def draw(s: PackSettings, data: TrainData, n_parts: int, t: int) -> "StepNoise":
+    def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
         rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
         c, d = data.n_classes, data.X.shape[1]
-        lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE), n_parts * c) if s.private and s.constrained else None
+        lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE), data.n_parts * c) if s.private and s.constrained else None
         gauss = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN), c * d + c) if s.private else None
         return StepNoise(rows, valid, lap, gauss)
 
 
-def _gradients(sl: slice, state: PackState, data: TrainData, s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
-    """Lines 1–6 for the configurations in ``sl``: (Σ clipped gradients + noise for weight and bias, Γ̂ or None)."""
-    temperature = s.temperature[sl, None, None]
-    rows, valid = noise.rows[sl], noise.valid[sl]  # line 1
-    width = int(valid.sum(1).max()) if rows.numel() else 0
-    rows, valid = rows[:, :width], valid[:, :width]  # this chunk's widest batch
-    flat = rows.reshape(-1)  # index_select copies whole rows: much faster than advanced indexing with a K × M index
-    table = torch.index_select(data.table, 0, flat).view(*rows.shape, -1)  # k × M × (c + 1 + P)
-    Xb = torch.index_select(data.X, 0, flat).view(*rows.shape, -1)  # k × M × d
-    mask = valid.to(Xb.dtype)
-    weight = state.weight[sl]
-    logits = torch.baddbmm(state.bias[sl, None, :], Xb, weight.transpose(1, 2))
-    probs = _softmax(temperature * logits)
+def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None,
+               noise: StepNoise, products: RowProducts):
+    """Lines 1–6 for the configurations at ``idx``, padded to ``width`` slots: (Σ clipped gradients + noise for
+    weight and bias, Γ̂ or None).
+
+    Per-row arrays are class-major, c × k × M: a sum or maximum over classes is then a few
+    contiguous vector operations rather than a reduction over a dimension of 2."""
+    rows, valid = noise.rows[:, :width][idx], noise.valid[:, :width][idx]  # line 1
     c = data.n_classes
+    constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
+    labels, sq_norms = constants[:c], constants[c]
+    mask = valid.to(constants.dtype)
+    batch = products(data.X, rows)
+    temperature = s.temperature[idx, None]
+    z = temperature * batch.logits(state.weight[idx], state.bias[idx])  # c × k × M, up to a per-row shift
+    e = torch.exp(z - z.amax(0))
+    probs = e / e.sum(0)
     coef = estimates = None
     if s.constrained and rates is not None:
-        part = table[..., c + 1 :].argmax(-1, keepdim=True).expand(-1, -1, c)  # each row's part, one index per class column
-        hard = s.hard[sl]
+        hard = s.hard[idx]
         hist_probs = probs
         if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
-            hist_probs = torch.where(hard[:, None, None], torch.nn.functional.one_hot(probs.argmax(-1), c).to(probs.dtype), probs)
-        H = probs.new_zeros(probs.shape[0], rates.n_parts, c).scatter_add_(1, part, hist_probs * mask[..., None])  # line 2: k × P × c
+            predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(2, 0, 1).to(probs.dtype)
+            hist_probs = torch.where(hard[:, None], predicted, probs)
+        # line 2: H (k × P × c). With few parts, a product with the (masked) part one-hot: scatter_add's adds into two
+        # bins per configuration form a serial chain that is 3× slower. Otherwise a scatter by part index.
+        few = data.few_parts
+        if few:
+            in_part = constants[c + 1 :] * mask  # P × k × M; padding slots are in no part
+            H = torch.einsum("jki,pki->kpj", hist_probs, in_part)
+        else:
+            part = constants[c + 1].long().expand(c, -1, -1)  # each row's part, one index per class
+            H = probs.new_zeros(c, rows.shape[0], rates.n_parts).scatter_add_(2, part, hist_probs * mask).permute(1, 2, 0)
         if s.private:  # line 3: Ĥ = H + Lap(s_L), iid per cell
-            H = H + s.laplace_scale[sl, None, None] * noise.laplace[sl].to(H.dtype).view_as(H)
-        coef_parts, estimates = rates.dual_quantities(H, state.lam[sl], s.expected_batch[sl])  # lines 4 and 8
-        coef = torch.gather(coef_parts, 1, part)  # each row's coefficients (padding rows get weight zero below)
+            H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)
+        coef_parts, estimates = rates.dual_quantities(H, state.lam[idx], s.expected_batch[idx])  # lines 4 and 8
+        # each row's coefficients, c × k × M (padding rows get weight zero below)
+        coef = torch.einsum("kpj,pki->jki", coef_parts, in_part) if few else torch.gather(coef_parts.permute(2, 0, 1), 2, part)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
-    residual = probs - table[..., :c]
+    residual = probs - labels
     if coef is not None:
-        residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(-1, keepdim=True))
+        residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
     residual = residual * temperature
-    norms_sq = residual.square().sum(-1) * table[..., c]
-    factor = torch.rsqrt(norms_sq).mul_(s.clip_norm[sl, None]).clamp_(max=1.0) * mask
-    residual = residual * factor[..., None]
-    grad_w = torch.bmm(residual.transpose(1, 2), Xb)
-    grad_b = residual.sum(1)
+    norms_sq = residual.square().sum(0) * sq_norms
+    factor = torch.rsqrt(norms_sq).mul_(s.clip_norm[idx, None]).clamp_(max=1.0) * mask
+    residual = residual * factor
+    grad_w = batch.gradient_sums(residual)
+    grad_b = residual.sum(2).T
     if s.private:
         d = grad_w.shape[2]
-        z = noise.gaussian[sl].to(grad_w.dtype)
-        grad_w = grad_w + s.noise_std[sl, None, None] * z[:, : c * d].view_as(grad_w)
-        grad_b = grad_b + s.noise_std[sl, None] * z[:, c * d :]
+        z = noise.gaussian[idx].to(grad_w.dtype)
+        grad_w = grad_w + s.noise_std[idx, None, None] * z[:, : c * d].view_as(grad_w)
+        grad_b = grad_b + s.noise_std[idx, None] * z[:, c * d :]
     return grad_w, grad_b, estimates
 
 
-def pack_step(state: PackState, data: TrainData, s: PackSettings, rates: CompiledRates | None, chunk: int | None = None) -> PackState:
-    """One simultaneous primal-dual step for every configuration still within its T (in chunks of ``chunk``);
-    configurations past their T are left out of the computation and keep their state."""
+def pack_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
+              budget: int | None = None) -> PackState:
+    """One simultaneous primal-dual step for every configuration still within its T, in :func:`chunks`
+    of at most ``budget`` bytes (default :func:`chunk_budget`), batch products by ``products`` (default
+    :func:`~raco_bench.packs.rows.rows_for` the device); configurations past their T are left out of the
+    computation and keep their state."""
+    products = products or rows_for(data.X.device)
+    budget = budget or chunk_budget(data.X.device)
     live = s.steps > state.step
+    if not bool(live.any()):
+        return state
     if not bool(live.all()):
         index = torch.nonzero(live).flatten()
-        return put_rows(state, index, _step(take_rows(state, index), data, take_rows(s, index), rates, chunk))
-    return _step(state, data, s, rates, chunk)
+        return put_rows(state, index, _step(take_rows(state, index), data, take_rows(s, index), rates, products, budget))
+    return _step(state, data, s, rates, products, budget)
 
 
-def _step(state: PackState, data: TrainData, s: PackSettings, rates: CompiledRates | None, chunk: int | None) -> PackState:
+def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts, budget: int) -> PackState:
     """The step of configurations that are all within their T."""
     t = state.step + 1
-    chunk = chunk or s.size
-    noise = StepNoise.draw(s, data, rates.n_parts if rates is not None else 0, t)
-    parts = [_gradients(slice(i, i + chunk), state, data, s, rates, noise) for i in range(0, s.size, chunk)]
-    grad_w = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-    grad_b = torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+    noise = StepNoise.draw(s, data, t)
+    widths = noise.valid.sum(1).tolist()
+    groups = chunks(widths, slot_bytes(data, products), budget)
+    if len(groups) == 1:
+        grad_w, grad_b, estimates = _gradients(slice(None), max(widths), state, data, s, rates, noise, products)
+    else:
+        grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
+        estimates = torch.empty_like(state.estimates) if s.constrained and rates is not None else None
+        for group in groups:
+            idx = torch.tensor(group, device=state.weight.device)
+            gw, gb, est = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, products)
+            grad_w[idx], grad_b[idx] = gw, gb
+            if est is not None:
+                estimates[idx] = est
     step_size = -s.lr / s.expected_batch  # line 7: divide by B
     weight = state.weight + step_size[:, None, None] * grad_w
     bias = state.bias + step_size[:, None] * grad_b
 
-    lam, velocity, estimates = state.lam, state.velocity, state.estimates
-    if parts[0][2] is not None:  # line 9: projected ascent on λ (optionally with momentum and a box)
-        estimates = torch.cat([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+    lam, velocity = state.lam, state.velocity
+    if estimates is None:
+        estimates = state.estimates
+    else:  # line 9: projected ascent on λ (optionally with momentum and a box)
         ascent = torch.where(s.clip_constraint_value[:, None], estimates.clamp(0.0, 1.0), estimates) - s.gamma
         momentum = s.dual_momentum[:, None]
         with_momentum = momentum > 0

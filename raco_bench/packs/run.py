@@ -25,7 +25,8 @@ import torch
 from baselines.dp_fermi import DPFermi
 from raco_bench.methods.raco_dp import LagrangianSGDA, lagrangian_report
 from raco_bench.packs.fermi import FermiPackSettings, FermiPackState, fermi_pack_step
-from raco_bench.packs.lagrangian import PackSettings, PackState, chunk_size, pack_step
+from raco_bench.packs.lagrangian import PackData, PackSettings, PackState, pack_step
+from raco_bench.packs.rows import RowProducts, rows_for
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
@@ -82,7 +83,7 @@ class _LinearEngine:
 class LagrangianEngine(_LinearEngine):
     """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack."""
 
-    def __init__(self, runs: list[Run]) -> None:
+    def __init__(self, runs: list[Run], products: RowProducts | None = None) -> None:
         first = runs[0]
         self.settings = lagrangian_settings(runs)
         self.steps = self.settings.steps
@@ -90,12 +91,12 @@ class LagrangianEngine(_LinearEngine):
         K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
         self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
                                torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
-        self.method, self.data = first.method, first.ctx.plan.data
+        self.method, self.data = first.method, PackData.of(first.ctx.plan.data)
         self.rates = first.ctx.rates if first.method.constrained else None
-        self.chunk = chunk_size(self.settings, self.data, dev)
+        self.products = products or rows_for(dev)
 
     def step(self) -> None:
-        self.state = pack_step(self.state, self.data, self.settings, self.rates, self.chunk)
+        self.state = pack_step(self.state, self.data, self.settings, self.rates, self.products)
 
     def report(self, k: int) -> dict:
         return lagrangian_report(self.method, self.state.lam[k], self.state.estimates[k])
@@ -104,10 +105,11 @@ class LagrangianEngine(_LinearEngine):
 class FermiEngine(_LinearEngine):
     """DP-FERMI as a pack."""
 
-    def __init__(self, runs: list[Run]) -> None:
+    def __init__(self, runs: list[Run], products: RowProducts | None = None) -> None:
         first = runs[0]
         init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
         h = [r.ctx.hyper for r in runs]
+        self.products = products or rows_for(first.ctx.device)
         private = h[0].privacy != "none"
         vec = lambda values, dtype=torch.float32: _vector(runs, values, dtype)  # noqa: E731
 
@@ -126,7 +128,7 @@ class FermiEngine(_LinearEngine):
         self.data, self.ctx_ids, self.groups = plan.data, plan.ctx_ids, plan.s
 
     def step(self) -> None:
-        self.state = fermi_pack_step(self.state, self.data, self.ctx_ids, self.groups, self.settings)
+        self.state = fermi_pack_step(self.state, self.data, self.ctx_ids, self.groups, self.settings, self.products)
 
     def report(self, k: int) -> dict:
         return {"w_norm": float(self.state.W[k].norm())}
@@ -161,8 +163,9 @@ def _compatible(a: Run, b: Run) -> bool:
             and a.ctx.device == b.ctx.device and same_rates and same_mode and set(a.evals) == set(b.evals))
 
 
-def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:
-    """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations."""
+def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None) -> list[RunResult]:
+    """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations.
+    ``products`` picks how batch rows are multiplied (:mod:`raco_bench.packs.rows`; default: by device)."""
     for r in runs:
         why = pack_blocker(r)
         if why is not None:
@@ -171,7 +174,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
             raise ValueError("a pack holds runs of one method (and one privacy mode) on the same training data, constraints and device")
     first = runs[0]
     ctx0 = first.ctx
-    engine = _engine(first)(runs)
+    engine = _engine(first)(runs, products)
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]
     step_time = torch.zeros(K, dtype=torch.float64)  # each step's time, shared by the configurations it trained
