@@ -8,9 +8,11 @@ histogram noise and its Gaussian gradient noise from the streams of (seed_k, t)
 draws when the configuration trains alone; only floating-point reduction order differs. A
 configuration whose T has passed keeps its state while the others go on.
 
-Batches have different sizes, so they are padded to the widest one (slots past a configuration's
-batch gather row n − 1 with weight zero). The step follows ``sgda_step`` line by line; the line
-numbers are Algorithm 1's (docs/methods/raco-dp.md, "One step").
+Batches have different sizes: a step groups configurations of similar batch size into chunks
+(:func:`chunks`) and pads each chunk to its widest batch (slots past a configuration's batch
+read row n − 1 with weight zero). The batch products are :mod:`raco_bench.packs.rows`'s. The step
+follows ``sgda_step`` line by line; the line numbers are Algorithm 1's (docs/methods/raco-dp.md,
+"One step"). How it is made fast, and measured: docs/packs.md, "Speed".
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
                                             ctx0.dataset.n_classes, ctx0.rates, torch.stack([runs[k].ctx.rates.gamma for k in due]))
         for i, k in enumerate(due):
             recorders[k].observe(t, engine.params(k), {name: m[i] for name, m in metrics.items()}, engine.report(k),
-                                 val_logits[i] if val_logits is not None else None)
+                                 val_logits[:, :, i] if val_logits is not None else None)
     return [rec.result(snapshot(engine.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
 
 

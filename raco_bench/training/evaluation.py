@@ -21,7 +21,6 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.data.tabular import Split
-from raco_bench.training.objective import tempered_softmax
 
 
 @dataclass(frozen=True)
@@ -41,73 +40,93 @@ class EvalSplit:
         )
 
 
-def per_row_sums(onehot: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Σ_n onehot[n, g] · values[k, n, :] for every model k (K × G × c), as one matrix product."""
-    K, N, c = values.shape
-    flat = values.permute(1, 0, 2).reshape(N, K * c)
-    return (onehot.T @ flat).view(-1, K, c).permute(1, 0, 2)
-
-
 def linear_logits(weight: torch.Tensor, bias: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """Logits of K linear models (weight K × c × d, bias K × c) on the rows of X: K × N × c, one matrix product."""
+    """Logits of K linear models (weight K × c × d, bias K × c) on the rows of X, N × c × K: one matrix product."""
     K, c, d = weight.shape
-    return (X @ weight.reshape(K * c, d).T).view(-1, K, c).permute(1, 0, 2) + bias[:, None, :]
+    return torch.addmm(bias.T.reshape(c * K), X, weight.transpose(0, 1).reshape(c * K, d).T).view(-1, c, K)
 
 
-def _cell_rate_gaps(pred_onehot: torch.Tensor, cell: torch.Tensor, n_cells: int) -> torch.Tensor:
-    """Per model, max over classes k of (max − min) over non-empty cells of P(ŷ = k | cell); K values."""
-    K = pred_onehot.shape[0]
-    cell_onehot = torch.nn.functional.one_hot(cell, n_cells).to(torch.float64)  # N × cells
-    counts = cell_onehot.sum(0)
-    present = counts > 0
+def predictions(logits: torch.Tensor) -> torch.Tensor:
+    """argmax over classes of logits N × c × K (the first of tied maxima): N × K. A running comparison
+    over the few classes, which is far faster than ``argmax`` over a middle dimension."""
+    best, pred = logits[:, 0], torch.zeros(logits.shape[0], logits.shape[2], dtype=torch.int64, device=logits.device)
+    for j in range(1, logits.shape[1]):
+        better = logits[:, j] > best
+        pred = torch.where(better, j, pred)
+        best = torch.where(better, logits[:, j], best)
+    return pred
+
+
+def class_counts(pred: torch.Tensor, cells: torch.Tensor, n_cells: int, n_classes: int) -> torch.Tensor:
+    """counts[k, g, j] = #{rows n in cell g with pred[n, k] = j} for K prediction vectors (pred N × K): K × cells × c
+    (float64), from one matrix product of the cell one-hot with the prediction one-hot. The product sums 0/1
+    values in float32, which is exact below 2²⁴ rows; larger splits sum in float64."""
+    N, K = pred.shape
+    dtype = torch.float32 if N < 2**24 else torch.float64
+    hard = torch.stack([pred == j for j in range(n_classes)], 1).to(dtype)  # N × c × K
+    in_cell = torch.nn.functional.one_hot(cells, n_cells).to(dtype)  # N × cells
+    return (in_cell.T @ hard.view(N, n_classes * K)).view(n_cells, n_classes, K).permute(2, 0, 1).double()
+
+
+def _cell_rate_gaps(counts: torch.Tensor) -> torch.Tensor:
+    """Per model, max over classes k of (max − min) over non-empty cells of P(ŷ = k | cell), from counts K × cells × c."""
+    sizes = counts[0].sum(-1)
+    present = sizes > 0
     if int(present.sum()) < 2:
-        return torch.zeros(K, dtype=torch.float64, device=pred_onehot.device)
-    sums = per_row_sums(cell_onehot, pred_onehot)  # K × cells × c
-    rates = sums[:, present] / counts[present][None, :, None]
+        return torch.zeros(counts.shape[0], dtype=torch.float64, device=counts.device)
+    rates = counts[:, present] / sizes[present][None, :, None]
     return (rates.max(1).values - rates.min(1).values).max(1).values
 
 
 def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
-    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N)."""
-    onehot = torch.nn.functional.one_hot(pred, n_classes).to(torch.float64)
-    dp = _cell_rate_gaps(onehot, group, n_groups)
-    eo = [_cell_rate_gaps(onehot[:, y == label], group[y == label], n_groups) for label in range(n_classes) if bool((y == label).any())]
+    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N),
+    from the counts per (label, group) cell."""
+    counts = class_counts(pred.T, y * n_groups + group, n_classes * n_groups, n_classes).view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
+    dp = _cell_rate_gaps(counts.sum(1))
+    eo = [_cell_rate_gaps(counts[:, label]) for label in range(n_classes) if bool(counts[0, label].sum() > 0)]
     eo_gap = torch.stack(eo).max(0).values if eo else torch.zeros_like(dp)
     out = [{"dp_gap": float(a), "eo_gap": float(b)} for a, b in zip(dp, eo_gap)]
     if n_classes == 2:
-        positives = y == 1
-        fnr = (pred[:, positives] != 1).double().mean(1) if bool(positives.any()) else torch.zeros_like(dp)
+        positives = counts[:, 1].sum(1)  # K × ŷ, rows with y = 1
+        total = positives[0].sum()
+        fnr = positives[:, 0] / total if bool(total > 0) else torch.zeros_like(dp)
         for entry, value in zip(out, fnr):
             entry["fnr"] = float(value)
     return out
 
 
-def _rate_values(rates: CompiledRates, probs: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
-    """Γ_j of K models from their (soft or hard) predictions K × N × c: K × J (eq. 6)."""
-    part_onehot = torch.nn.functional.one_hot(parts, rates.n_parts).to(probs.dtype)
-    return rates.values(per_row_sums(part_onehot, probs))  # H: K × P × c (eq. 8)
+def _soft_histograms(logits: torch.Tensor, taus: torch.Tensor, parts: torch.Tensor, n_parts: int) -> torch.Tensor:
+    """H[k, p, j] = Σ_{n in part p} σ_τk(z_nk)_j (eq. 8 with soft predictions) from logits N × c × K: K × P × c."""
+    probs = logits * taus  # then in place: these arrays are N × c × K
+    probs.sub_(probs.amax(1, keepdim=True)).exp_()
+    probs.div_(probs.sum(1, keepdim=True))
+    N, c, K = logits.shape
+    in_part = torch.nn.functional.one_hot(parts, n_parts).to(probs.dtype)
+    return (in_part.T @ probs.view(N, c * K)).view(n_parts, c, K).permute(2, 0, 1)
 
 
 @torch.no_grad()
 def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
                     rates: CompiledRates | None, gammas: torch.Tensor | None) -> list[dict]:
-    """The metrics of K models from their logits on ``split`` (K × N × c), one dict per model.
+    """The metrics of K models from their logits on ``split`` (N × c × K), one dict per model.
 
     ``taus`` are the models' temperatures (for the soft constraint values) and ``gammas`` (K × J)
     their targets; a single run evaluates with K = 1, a pack evaluates its due models at once.
+    Every count is one matrix product of a cell one-hot with the prediction one-hot
+    (:func:`class_counts`), so K models cost little more than one.
     """
-    pred = logits.argmax(-1)
+    pred = predictions(logits)  # N × K
     N = len(split.y)
-    accuracy = (pred == split.y).double().mean(1) if N else torch.full((pred.shape[0],), float("nan"))
-    out = fairness_gaps(pred, split.y, split.group, n_groups, n_classes)
+    accuracy = (pred == split.y[:, None]).sum(0).double() / N if N else torch.full((pred.shape[1],), float("nan"))
+    out = fairness_gaps(pred.T, split.y, split.group, n_groups, n_classes)
     for entry, acc in zip(out, accuracy):
         entry["accuracy"] = float(acc)
         entry["error"] = 1.0 - entry["accuracy"]
     if rates is not None:
-        hard = torch.nn.functional.one_hot(pred, n_classes).to(logits.dtype)
-        values = _rate_values(rates, hard, split.parts).double()
-        tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)[:, None, None]
-        soft = _rate_values(rates, tempered_softmax(logits, tau), split.parts).double()
+        dtype = rates.weights.dtype
+        values = rates.values(class_counts(pred, split.parts, rates.n_parts, n_classes).to(dtype)).double()  # eq. 6, hard predictions
+        tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)
+        soft = rates.values(_soft_histograms(logits, tau, split.parts, rates.n_parts).to(dtype)).double()
         gammas = gammas.double()
         for k, entry in enumerate(out):
             entry["constraint_values"] = values[k].cpu().tolist()

@@ -197,10 +197,10 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
         step_time += time.perf_counter() - s0
         if recorder.wants(t):
             params = method.params(state)
-            logits = {name: model.logits(params, split.X)[None] for name, split in run.evals.items()}
+            logits = {name: model.logits(params, split.X)[..., None] for name, split in run.evals.items()}  # N × c × 1
             metrics = {name: evaluate_logits(logits[name], split, [tau], ctx.dataset.n_groups, ctx.dataset.n_classes, ctx.rates, gammas)[0]
                        for name, split in run.evals.items()}
-            recorder.observe(t, params, metrics, method.report(ctx, state), logits["val"][0])
+            recorder.observe(t, params, metrics, method.report(ctx, state), logits["val"][..., 0])
     return recorder.result(snapshot(method.params(state)), step_time)
 
 
