@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raco_bench.constraints import demographic_parity, equalized_odds
-from raco_bench.training.evaluation import EvalSplit, evaluate_logits, linear_logits
+from raco_bench.training.evaluation import EvalSplit, evaluate_logits, fairness_gaps, linear_logits, predictions
 
 
 def _reference_values(problem, probs: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -22,10 +22,11 @@ def _reference_values(problem, probs: np.ndarray, parts: np.ndarray) -> np.ndarr
     return weights @ np.concatenate(per_subset).reshape(-1) if per_subset else np.zeros(0)
 
 
+@pytest.mark.parametrize("c", [2, 3])
 @pytest.mark.parametrize("builder", [demographic_parity, equalized_odds])
-def test_batched_evaluation_equals_a_per_model_reference(builder):
-    rng = np.random.default_rng(3)
-    N, d, c, G, K = 900, 5, 2, 3, 4
+def test_batched_evaluation_equals_a_per_model_reference(builder, c):
+    rng = np.random.default_rng(3 + c)
+    N, d, G, K = 900, 5, 3, 4
     X = torch.as_tensor(rng.normal(size=(N, d)), dtype=torch.float32)
     y = torch.as_tensor(rng.integers(0, c, N))
     group = torch.as_tensor(rng.integers(0, G, N))
@@ -52,5 +53,18 @@ def test_batched_evaluation_equals_a_per_model_reference(builder):
         soft = np.exp(zt - zt.max(1, keepdims=True))
         soft /= soft.sum(1, keepdims=True)
         assert out[k]["max_soft_constraint"] == pytest.approx(float(_reference_values(problem, soft, parts).max()), abs=1e-5)
-        positives = y.numpy() == 1
-        assert out[k]["fnr"] == pytest.approx(float(np.mean(pred[positives] == 0)))
+        single = fairness_gaps(torch.as_tensor(pred)[None], y, group, G, c)[0]  # the one-model path (checked against fairlearn)
+        for key in ("dp_gap", "eo_gap"):
+            assert out[k][key] == pytest.approx(single[key])
+        if c == 2:
+            positives = y.numpy() == 1
+            assert out[k]["fnr"] == pytest.approx(float(np.mean(pred[positives] == 0)))
+        else:
+            assert "fnr" not in out[k]
+
+
+def test_predictions_pick_what_argmax_picks_with_ties_and_nans():
+    nan = float("nan")
+    rows = [[0.0, 1.0, 1.0], [2.0, 2.0, 2.0], [nan, 5.0, 1.0], [1.0, nan, nan], [1.0, 3.0, nan], [float("-inf"), float("-inf"), -1.0]]
+    logits = torch.tensor(rows)[:, :, None].expand(-1, -1, 2).contiguous()  # N × c × K
+    assert predictions(logits).tolist() == torch.tensor(rows).argmax(1)[:, None].expand(-1, 2).tolist()

@@ -169,8 +169,11 @@ def test_chunks_bound_padding_and_memory_and_keep_every_configuration_once():
 
 @pytest.mark.parametrize("products", [IndexedRows, GatheredRows], ids=["indexed", "gathered"])
 def test_a_step_does_not_depend_on_how_the_pack_is_chunked(adult, products):
-    """One chunk of four configurations and two chunks of two give the same state (same draws, same sums)."""
-    specs = [("raco-dp", dict(batch_size=512, noise_multiplier=2.0, laplace_scale=1.0, lr=0.5, dual_lr=0.5), 0.05, 8, seed) for seed in range(4)]
+    """One chunk of four configurations and two chunks of two give the same state (same draws, same sums), for
+    configurations whose settings all differ."""
+    settings = [dict(noise_multiplier=2.0, laplace_scale=1.0, lr=0.5, dual_lr=0.5), dict(noise_multiplier=4.0, laplace_scale=3.0, dual_update="hard"),
+                dict(noise_multiplier=1.0, laplace_scale=0.5, temperature=2.0, clip_norm=0.3), dict(noise_multiplier=3.0, dual_momentum=0.5, lr=2.0)]
+    specs = [("raco-dp", dict(batch_size=512, **p), 0.02 * (seed + 1), 8, seed) for seed, p in enumerate(settings)]
     engine = LagrangianEngine(_runs(adult, specs), products)
     two_per_chunk = 2 * 700 * slot_bytes(engine.data, products)  # batches of 512 ± 3σ rows: two fit, three do not
     one, two = engine.state, engine.state

@@ -94,7 +94,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         def packed_ms() -> float:
             return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
 
-        alone_ms()
+        alone_ms(), packed_ms()  # warm-up runs, not counted
         alone = statistics.median(alone_ms() for _ in range(REPEATS_ALONE))
         packed = statistics.median(packed_ms() for _ in range(REPEATS_PACKED))
         step_cost[method] = (alone, packed)

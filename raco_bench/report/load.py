@@ -44,7 +44,8 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
     chosen = [r for r in packs if r.data.tags.get(tracking.SWEEP_ID) == sweep_id]
     table = tracking.pack_tables(uri, chosen)
     if "skipped" in table:
-        table = table[table["skipped"].fillna("") == ""]
+        skipped = table["skipped"]
+        table = table[skipped.isna() | (skipped.astype(str) == "")]
     start = {r.info.run_id: r.info.start_time for r in chosen}
     table = table.assign(start_time=table["pack_run_id"].map(start), style=table.get("method_style"),
                          privacy_notion=table.get("privacy_notion", ""), outside_budget=table.get("outside_budget", "unknown"))

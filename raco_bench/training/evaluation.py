@@ -47,13 +47,15 @@ def linear_logits(weight: torch.Tensor, bias: torch.Tensor, X: torch.Tensor) -> 
 
 
 def predictions(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over classes of logits N × c × K (the first of tied maxima): N × K. A running comparison
-    over the few classes, which is far faster than ``argmax`` over a middle dimension."""
+    """argmax over classes of logits N × c × K: N × K, as ``torch.argmax`` picks (the first of tied maxima; a
+    NaN counts as the largest value, so a diverged model predicts its first NaN class). A running
+    comparison over the few classes, which is far faster than ``argmax`` over a middle dimension."""
     best, pred = logits[:, 0], torch.zeros(logits.shape[0], logits.shape[2], dtype=torch.int64, device=logits.device)
     for j in range(1, logits.shape[1]):
-        better = logits[:, j] > best
+        x = logits[:, j]
+        better = (x > best) | (x.isnan() & ~best.isnan())
         pred = torch.where(better, j, pred)
-        best = torch.where(better, logits[:, j], best)
+        best = torch.where(better, x, best)
     return pred
 
 
