@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from raco_bench.packs.lagrangian import _softmax, put_rows, take_rows
+from raco_bench.packs.lagrangian import _softmax, chunks, put_rows, take_rows
 from raco_bench.packs.rows import RowProducts, rows_for
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.step import TrainData
@@ -56,15 +56,23 @@ class FermiPackState:
 def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
                     products: RowProducts | None = None) -> FermiPackState:
     """One DP-FERMI step for every configuration within its T (batch products by ``products``, default
-    :func:`~raco_bench.packs.rows.rows_for` the device); the others keep their state."""
+    :func:`~raco_bench.packs.rows.rows_for` the device), in groups of similar expected batch size
+    (:func:`~raco_bench.packs.lagrangian.chunks`); the others keep their state."""
     products = products or rows_for(data.X.device)
     live = s.steps > state.step
     if not bool(live.any()):
         return state
-    if not bool(live.all()):
-        index = torch.nonzero(live).flatten()
-        return put_rows(state, index, _step(take_rows(state, index), data, ctx_ids, groups, take_rows(s, index), products))
-    return _step(state, data, ctx_ids, groups, s, products)
+    # configurations of similar expected batch size step together (each group pads to its own widest batch)
+    typical = (s.sampling_rate * data.n).tolist()
+    live_k = torch.nonzero(live).flatten().tolist()
+    grouped = chunks([int(typical[k]) for k in live_k], 1, 2**62)
+    if len(grouped) == 1 and len(live_k) == s.size:
+        return _step(state, data, ctx_ids, groups, s, products)
+    before, after = state, state
+    for group in grouped:  # every group steps from the same state (the step count included)
+        index = torch.tensor([live_k[i] for i in group], device=state.weight.device)
+        after = put_rows(after, index, _step(take_rows(before, index), data, ctx_ids, groups, take_rows(s, index), products))
+    return after
 
 
 def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
