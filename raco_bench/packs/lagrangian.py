@@ -88,10 +88,10 @@ class PackState:
         return {"weight": self.weight[k], "bias": self.bias[k]}
 
 
-def _softmax(z: torch.Tensor) -> torch.Tensor:
-    """softmax over the last (class) dimension; torch's kernel is slow for the few classes of these tasks."""
-    e = torch.exp(z - z.max(-1, keepdim=True).values)
-    return e / e.sum(-1, keepdim=True)
+def _softmax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """softmax over the (class) dimension ``dim``; torch's kernel is slow for the few classes of these tasks."""
+    e = torch.exp(z - z.amax(dim, keepdim=True))
+    return e / e.sum(dim, keepdim=True)
 
 
 FEW_PARTS = 2  # up to this many parts, the histogram and the coefficients are products with the part one-hot
@@ -193,8 +193,7 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     batch = products(data.X, rows)
     temperature = s.temperature[idx, None]
     z = temperature * batch.logits(state.weight[idx], state.bias[idx])  # c × k × M, up to a per-row shift
-    e = torch.exp(z - z.amax(0))
-    probs = e / e.sum(0)
+    probs = _softmax(z, dim=0)
     coef = estimates = None
     if s.constrained and rates is not None:
         hard = s.hard[idx]
