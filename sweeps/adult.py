@@ -1,4 +1,4 @@
-"""Sweep on adult: RaCO-DP, DP-FERMI and non-private SGDA under demographic parity (sex).
+"""Sweep on adult: every default method (RaCO-DP, DP-FERMI, SGDA, PF-LD, DP post-processing, budget tailoring) under demographic parity (sex).
 
     python sweeps/adult.py [--smoke] [--epsilons ...] [--gammas ...] [--n-configs N] [--resume]
     ray submit cluster.yaml sweeps/adult.py -- [args]

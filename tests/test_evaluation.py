@@ -56,6 +56,11 @@ def test_batched_evaluation_equals_a_per_model_reference(builder, c):
         single = fairness_gaps(torch.as_tensor(pred)[None], y, group, G, c)[0]  # the one-model path (checked against fairlearn)
         for key in ("dp_gap", "eo_gap"):
             assert out[k][key] == pytest.approx(single[key])
+        log_probs = zt - zt.max(1, keepdims=True) - np.log(np.exp(zt - zt.max(1, keepdims=True)).sum(1, keepdims=True))
+        ce = -log_probs[np.arange(N), y.numpy()]
+        per_group = [float(ce[group.numpy() == g].mean()) for g in range(G)]  # the bounded-group-loss family
+        assert out[k]["group_losses"] == pytest.approx(per_group, rel=1e-4)
+        assert out[k]["worst_group_loss"] == pytest.approx(max(per_group), rel=1e-4)
         if c == 2:
             positives = y.numpy() == 1
             assert out[k]["fnr"] == pytest.approx(float(np.mean(pred[positives] == 0)))

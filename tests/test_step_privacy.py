@@ -3,7 +3,6 @@ raco_bench/training/step.py must turn at least one check red (docs/privacy.md, "
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import privacy_checks as checks  # noqa: E402
+from mutants import load_mutant  # noqa: E402
 
 from raco_bench.training import step as real_step  # noqa: E402
 
@@ -44,20 +44,7 @@ MUTATIONS = {
 
 
 def mutant(name: str):
-    source = STEP_SOURCE
-    for old, new in MUTATIONS[name]:
-        assert source.count(old) == 1, f"mutation {name!r}: {old!r} occurs {source.count(old)} times in step.py; update the mutation"
-        source = source.replace(old, new)
-    module_name = "raco_bench_mutant_step_" + "".join(c if c.isalnum() else "_" for c in name)
-    spec = importlib.util.spec_from_loader(module_name, loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses look their module up here
-    try:
-        exec(compile(source, f"<mutant: {name}>", "exec"), module.__dict__)  # noqa: S102 - our own file, mutated
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module
+    return load_mutant(STEP_SOURCE, MUTATIONS[name], name, "raco_bench_mutant_step_", "step.py")
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,9 @@ REGISTRY: dict[str, str] = {
     "dp-fermi": "baselines.dp_fermi:DPFermi",
     "dp-sgd": "baselines.sgda:DPSGD",
     "sgd": "baselines.sgda:SGD",
+    "pf-ld": "baselines.pf_ld:PFLD",
+    "dp-postprocess": "baselines.dp_postprocess:DPPostprocess",
+    "budget-tailoring": "baselines.budget_tailoring:BudgetTailoring",
 }
 METHOD_NAMES = tuple(REGISTRY)
 

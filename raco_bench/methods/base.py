@@ -120,6 +120,9 @@ class Method(ABC):
     timing_reference: ClassVar[bool] = False  # the method other step times are divided by
     style: ClassVar[tuple[str, str]] = ("#56B4E9", "P")  # (colour, marker) in every figure
     doc: ClassVar[str] = ""  # its page in docs/methods/
+    legend_note: ClassVar[str] = ""  # what a figure's legend must say beside the privacy notion (e.g. "uses A at prediction")
+    final_only: ClassVar[bool] = False  # True: only the last step yields the method's model (the only checkpoint a rule may pick)
+    pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
 
     def hyperparameters(self, overrides: dict[str, Any] | None = None) -> Any:
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""
@@ -171,6 +174,11 @@ class Method(ABC):
 
     def params(self, state: Any) -> Params:
         return state.params
+
+    def eval_outputs(self, ctx: Context, params: Params, split: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits N × c, hard predictions N or None) of the model ``params`` on an evaluation split; None
+        lets the evaluation take the argmax. A randomised predictor returns log-probabilities and one draw."""
+        return self.model(ctx).logits(params, split.X), None
 
     def report(self, ctx: Context, state: Any) -> dict:
         """Diagnostics to log at an evaluation (private releases only, or labelled otherwise)."""

@@ -47,5 +47,6 @@ def sample_configs(method, n: int, n_train: int, seed: int) -> list[dict]:
     """``n`` configurations of ``method`` (a :class:`~raco_bench.methods.base.Method`); config 0 is its defaults."""
     space = method.search_space(n_train)
     rng = np.random.default_rng(np.random.SeedSequence([seed, sum(map(ord, method.name))]))
-    default = {"batch_size": min(method.Hyper().batch_size, max(1, n_train // 4))}
+    batch = getattr(method.Hyper(), "batch_size", None)  # full-batch methods have none
+    default = {"batch_size": min(batch, max(1, n_train // 4))} if batch is not None else {}
     return [default] + [{k: sample_value(space[k], rng) for k in sorted(space)} for _ in range(n - 1)]

@@ -126,6 +126,9 @@ def poisson_rows(keys: torch.Tensor, n: int, q: torch.Tensor) -> tuple[torch.Ten
 
 # more purposes
 GROUP_COUNTS, SELECTION = 5, 6
+# the seed papers' other methods: a second Gaussian per step (PF-LD's dual, DPSE's losses), a one-time stage-1
+# release (DPSE), and the draw that realises a randomised predictor's predictions (DP post-processing)
+SECOND_GAUSSIAN, STAGE_ONE, PREDICTION = 7, 8, 9
 
 
 class Stream:

@@ -8,6 +8,7 @@ Outputs in ``--out``:
 * ``satisfaction.{pdf,png}`` and ``satisfaction.csv``: per target γ, the selected configuration's test
   violation and error with their spread against violation = γ, and the share of runs meeting γ (Fig. 3);
 * ``fnr.{pdf,png}`` for false-negative-rate sweeps: accuracy against FNR;
+* ``worst_group_loss.{pdf,png}``: test error against the worst group's mean loss (bounded group loss), every method;
 * ``walltime.{md,tex,csv}``: the latest `raco-bench bench walltime` table, when one was logged;
 * ``index.md`` linking it all, with notes (methods with no point meeting γ, substitutes, privacy notions).
 
@@ -113,6 +114,10 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.files += figures.tradeoff_figure(agg, df, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
                                                 f"{dataset}: accuracy vs false-negative rate", minimise_y=False, references=refs,
                                                 reference_xy=lambda r: (r["violation"], 1 - r["error"]))
+    if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
+        report.files += figures.tradeoff_figure(agg, df, out, "worst_group_loss", "test_worst_group_loss", "test_error",
+                                                "test worst-group loss (max over groups of the mean cross-entropy)", "test error",
+                                                f"{dataset}: test error vs worst-group loss (bounded group loss)")
     progress.advance("trade-off figures")
 
     selections = _selections(uri, exp_id, df)

@@ -37,13 +37,39 @@ def method_styles(df: pd.DataFrame) -> dict[str, tuple[str, str]]:
     return styles
 
 
+def short_notion(notion: str) -> str:
+    """The privacy notion of a run, as a legend says it."""
+    text = str(notion or "")
+    if text in ("", "none", "nan"):
+        return "non-private"
+    if "sensitive-attribute" in text:
+        short = "A-only DP"
+    elif "zCDP" in text:
+        short = "record DP via zCDP"
+    else:
+        short = "record DP"
+    return short + (", uses A at prediction" if "GROUP AT PREDICTION" in text else "")
+
+
+def method_labels(df: pd.DataFrame) -> dict[str, str]:
+    """Legend label per method: its name and the privacy notion(s) of its runs, so that no figure compares unlike
+    guarantees without saying so (e.g. "pf-ld [A-only DP]", "dp-postprocess [record DP, uses A at prediction]")."""
+    labels = {}
+    for method, notions in df.groupby("method")["privacy_notion"]:
+        shorts = sorted({short_notion(n) for n in notions})
+        labels[method] = f"{method} [{'; '.join(shorts)}]"
+    return labels
+
+
 def _eps_label(eps: float) -> str:
     return "ε = ∞ (non-private)" if not math.isfinite(eps) else f"ε = {eps:g}"
 
 
 def privacy_caption(df: pd.DataFrame) -> str:
     deltas = sorted({d for d in df["delta"].dropna()})
-    notions = sorted({n for n in df["privacy_notion"] if n and n != "none"})
+    notions = sorted({short_notion(n) for n in df["privacy_notion"] if n and n != "none"})
+    if any("A-only" in n for n in notions):
+        notions.append("A-only DP protects only the group (x and y public): NOT comparable with record DP")
     delta = ", ".join(f"{d:g}" for d in deltas) or "n/a"
     checkpoints = sorted({c for c in df.get("checkpoint", pd.Series(dtype=str)).dropna() if c}) or ["unknown"]
     outside = sorted({o for cell in df.get("outside_budget", pd.Series(dtype=str)).dropna() for o in str(cell).split(" | ") if o and o != "none"})
@@ -84,14 +110,14 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
     their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
     private_eps = sorted(e for e in agg["epsilon"].unique() if math.isfinite(e)) or [math.inf]
-    styles = method_styles(df)
+    styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     fig, axes = _panels(private_eps)
     for ax, eps in zip(axes, private_eps):
         panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
         for method, rows in panel.groupby("method"):
             color, marker = style(method)
-            label = method + ("" if math.isfinite(rows["epsilon"].iloc[0]) or not math.isfinite(eps) else " (non-private)")
+            label = names.get(method, method)
             p1 = rows[rows["phase"] == 1]
             ax.scatter(p1[x], p1[y], s=10, color=color, alpha=0.25, marker=marker, linewidths=0)
             best = rows[rows["phase"] == 2]
@@ -125,7 +151,7 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     """Per ε: test violation (top) and test error (bottom) against the target γ, with the violation = γ line,
     annotated with the share of runs meeting γ."""
     eps_values = sorted(rows["epsilon"].unique(), key=lambda e: (not math.isfinite(e), e))
-    styles = method_styles(df)
+    styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     n = len(eps_values)
     fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True)
@@ -139,8 +165,9 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
         for method, m in panel.groupby("method"):
             color, marker = style(method)
             m = m.sort_values("gamma")
-            top.errorbar(m["gamma"], m["test_violation"], yerr=m["test_violation_sd"], fmt=marker + "-", color=color, capsize=2, label=method)
-            bottom.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2, label=method)
+            label = names.get(method, method)
+            top.errorbar(m["gamma"], m["test_violation"], yerr=m["test_violation_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
+            bottom.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
             for _, r in m.iterrows():
                 top.annotate(f"{100 * r['share_meeting']:.0f}%", (r["gamma"], r["test_violation"]), textcoords="offset points", xytext=(4, 4),
                              fontsize=7, color=color)

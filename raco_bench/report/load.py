@@ -11,7 +11,7 @@ from raco_bench import tracking
 COLUMNS = [
     "trial_key", "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
     "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "style", "epsilon_spent", "steps", "ms_per_step",
-    "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
+    "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr", "test_worst_group_loss",
     "val_accuracy", "val_max_constraint", "train_max_constraint", "params",
 ]
 
@@ -69,6 +69,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         n_seeds=("seed", "count"), test_error=("test_error", "mean"), test_error_sd=("test_error", "std"),
         test_violation=("test_max_constraint", "mean"), test_violation_sd=("test_max_constraint", "std"),
         test_fnr=("test_fnr", "mean"), test_fnr_sd=("test_fnr", "std"), test_accuracy=("test_accuracy", "mean"),
+        test_worst_group_loss=("test_worst_group_loss", "mean"), test_worst_group_loss_sd=("test_worst_group_loss", "std"),
         test_accuracy_sd=("test_accuracy", "std"),
     ).reset_index()
     return out

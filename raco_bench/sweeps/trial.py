@@ -28,7 +28,7 @@ import numpy as np
 from raco_bench import mlflow_model, tracking
 from raco_bench.methods import get_method
 
-METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "satisfied")
+METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
 
 
 @lru_cache(maxsize=4)
@@ -178,7 +178,8 @@ class ChildRun:
                 {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
                                             "privacy": result.privacy}, indent=2, default=str)},
                 {"weights.npz": weights, "weights_last.npz": weights_last},
-                model=lambda: mlflow_model.log_model(uri, self.run_id, weights, columns, dataset.n_classes),
+                model=(lambda: mlflow_model.log_model(uri, self.run_id, weights, columns, dataset.n_classes))
+                if get_method(result.config["method"]).pyfunc_model else None,
             )
 
 

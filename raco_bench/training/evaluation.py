@@ -8,8 +8,10 @@ Metrics: accuracy and error; each constraint's exact hard value Γ_j (hard argma
 its max and the max violation max(0, max_j Γ_j − γ_j), whether every constraint holds; the soft
 max; the demographic-parity gap max_k (max_a − min_a) P(ŷ=k | a), the equalized-odds gap
 max_{y,k} (max_a − min_a) P(ŷ=k | y, a) (both over non-empty cells; for binary tasks these are
-fairlearn's demographic_parity_difference and equalized_odds_difference), and for binary tasks the
-false-negative rate P(ŷ=0 | y=1).
+fairlearn's demographic_parity_difference and equalized_odds_difference), for binary tasks the
+false-negative rate P(ŷ=0 | y=1), and the bounded-group-loss family: each sensitive group's mean
+cross-entropy of the model's predictive distribution softmax(τz) (``group_losses``) and its maximum
+(``worst_group_loss``, docs/methods/budget-tailoring.md), for every method.
 """
 
 from __future__ import annotations
@@ -107,27 +109,44 @@ def _soft_histograms(logits: torch.Tensor, taus: torch.Tensor, parts: torch.Tens
     return (in_part.T @ probs.view(N, c * K)).view(n_parts, c, K).permute(2, 0, 1)
 
 
+def group_losses(logits: torch.Tensor, taus: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Mean cross-entropy −log softmax(τ_k z)_y per sensitive group, K × G (NaN for an empty group), from logits N × c × K."""
+    N, c, K = logits.shape
+    z = logits * taus
+    loss = torch.logsumexp(z, 1) - z.gather(1, y.view(N, 1, 1).expand(N, 1, K))[:, 0]  # N × K
+    in_group = torch.nn.functional.one_hot(group, n_groups).to(loss.dtype)
+    sums = in_group.T @ loss  # G × K
+    sizes = in_group.sum(0)
+    return (sums / sizes[:, None]).T.double()
+
+
 @torch.no_grad()
 def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
-                    rates: CompiledRates | None, gammas: torch.Tensor | None) -> list[dict]:
+                    rates: CompiledRates | None, gammas: torch.Tensor | None, pred: torch.Tensor | None = None) -> list[dict]:
     """The metrics of K models from their logits on ``split`` (N × c × K), one dict per model.
 
     ``taus`` are the models' temperatures (for the soft constraint values) and ``gammas`` (K × J)
     their targets; a single run evaluates with K = 1, a pack evaluates its due models at once.
     Every count is one matrix product of a cell one-hot with the prediction one-hot
-    (:func:`class_counts`), so K models cost little more than one.
+    (:func:`class_counts`), so K models cost little more than one. ``pred`` (N × K) overrides the
+    hard predictions argmax would give: a randomised predictor passes one draw of its predictions
+    and, as ``logits``, the log of its prediction probabilities (docs/methods/dp-postprocess.md).
     """
-    pred = predictions(logits)  # N × K
+    if pred is None:
+        pred = predictions(logits)  # N × K
     N = len(split.y)
     accuracy = (pred == split.y[:, None]).sum(0).double() / N if N else torch.full((pred.shape[1],), float("nan"))
     out = fairness_gaps(pred.T, split.y, split.group, n_groups, n_classes)
-    for entry, acc in zip(out, accuracy):
+    tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)
+    losses = group_losses(logits, tau, split.y, split.group, n_groups)
+    for entry, acc, gl in zip(out, accuracy, losses):
         entry["accuracy"] = float(acc)
         entry["error"] = 1.0 - entry["accuracy"]
+        entry["group_losses"] = gl.cpu().tolist()
+        entry["worst_group_loss"] = float(gl[~gl.isnan()].max()) if bool((~gl.isnan()).any()) else float("nan")
     if rates is not None:
         dtype = rates.weights.dtype
         values = rates.values(class_counts(pred, split.parts, rates.n_parts, n_classes).to(dtype)).double()  # eq. 6, hard predictions
-        tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)
         soft = rates.values(_soft_histograms(logits, tau, split.parts, rates.n_parts).to(dtype)).double()
         gammas = gammas.double()
         for k, entry in enumerate(out):

@@ -127,6 +127,9 @@ class RunRecorder:
         self.private_params: dict | None = None
         self.selector = PrivateSelector.for_run(cfg.selection, ctx.rates, cfg.seed, ctx.device) if cfg.selection is not None else None
         self.select_at = set(selection_steps(self.T, cfg.selection.count)) if self.selector is not None else set()
+        self.final_only = run.method.final_only  # the method's model exists only after its last step: the only candidate
+        if self.final_only and self.selector is not None:
+            self.select_at = {self.T}
         self.eval_at = set(range(cfg.eval_every, self.T + 1, cfg.eval_every)) | {1, self.T} | self.select_at
 
     def wants(self, t: int) -> bool:
@@ -141,7 +144,8 @@ class RunRecorder:
         self.history.append(entry)
         if self.show:
             self.show(entry)
-        if entry["train"]["satisfied"] and (self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
+        candidate = not self.final_only or t == self.T
+        if candidate and entry["train"]["satisfied"] and (self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
             self.selected = {k: entry[k] for k in ("step", "train", "val", "test")}
             if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
                 self.selected_params = snapshot(params)
@@ -187,7 +191,6 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     show = _progress_printer() if progress is True else (progress or None)
     recorder = RunRecorder(run, show)
     state = method.init_state(ctx, Stream(ctx.run.seed, ctx.device))
-    model = method.model(ctx)
     tau = getattr(ctx.hyper, "temperature", 1.0)
     gammas = ctx.rates.gamma[None] if ctx.rates is not None else None
     step_time = 0.0
@@ -197,8 +200,10 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
         step_time += time.perf_counter() - s0
         if recorder.wants(t):
             params = method.params(state)
-            logits = {name: model.logits(params, split.X)[..., None] for name, split in run.evals.items()}  # N × c × 1
-            metrics = {name: evaluate_logits(logits[name], split, [tau], ctx.dataset.n_groups, ctx.dataset.n_classes, ctx.rates, gammas)[0]
+            outputs = {name: method.eval_outputs(ctx, params, split) for name, split in run.evals.items()}
+            logits = {name: z[..., None] for name, (z, _) in outputs.items()}  # N × c × 1
+            metrics = {name: evaluate_logits(logits[name], split, [tau], ctx.dataset.n_groups, ctx.dataset.n_classes, ctx.rates, gammas,
+                                             None if outputs[name][1] is None else outputs[name][1][:, None])[0]
                        for name, split in run.evals.items()}
             recorder.observe(t, params, metrics, method.report(ctx, state), logits["val"][..., 0])
     return recorder.result(snapshot(method.params(state)), step_time)
