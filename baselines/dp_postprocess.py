@@ -173,12 +173,18 @@ class DPPostprocess(Method):
     def base_mechanism(hyper: DPPostprocessHyper, n_train: int) -> StepMechanism | None:
         return StepMechanism(hyper.batch_size / n_train, hyper.noise_multiplier) if hyper.privacy == "full" else None
 
+    @staticmethod
+    def selection(run_selection):
+        """The private selection as this method makes it: its model exists only after the last step, so the run
+        releases one noisy validation count vector (``final_only``), and one is what is charged."""
+        return None if run_selection is None else dataclasses.replace(run_selection, count=1)
+
     def calibration(self, hyper: DPPostprocessHyper, n_train: int, budget: Budget) -> StepsProblem | None:
         """T of the DP-SGD base for (1 − histogram_share)·ε (full mode; the histogram takes the rest)."""
         mech = self.base_mechanism(hyper, n_train)
         if mech is None:
             return None
-        return StepsProblem(mech, (1 - hyper.histogram_share) * budget.epsilon, budget.delta, budget.max_steps, budget.selection)
+        return StepsProblem(mech, (1 - hyper.histogram_share) * budget.epsilon, budget.delta, budget.max_steps, self.selection(budget.selection))
 
     def calibrated(self, problem: StepsProblem, value: float) -> dict:
         if int(value) == 0:
@@ -193,16 +199,17 @@ class DPPostprocess(Method):
         full = h.privacy == "full"
         problem = self.calibration(h, ctx.n_train, ctx.budget)
         T = plan_steps(ctx, problem, h.default_steps)
+        selection = self.selection(run.selection)
         if full:
             scale, sensitivity, relation = 1.0 / (h.histogram_share * run.epsilon), 1.0, "add-remove"
         else:
-            selection_eps = 2.0 * run.selection.count / run.selection.laplace_scale if run.selection else 0.0
+            selection_eps = 2.0 * selection.count / selection.laplace_scale if selection else 0.0
             if selection_eps >= run.epsilon:
                 raise ValueError(f"the private checkpoint selection alone spends epsilon={selection_eps:g} >= the budget {run.epsilon}; "
                                  "raise selection_noise or use checkpoint=last")
             scale, sensitivity, relation = 2.0 / (run.epsilon - selection_eps), 2.0, "replace"
         mech = self.base_mechanism(h, ctx.n_train)
-        spent = postprocess_epsilon(mech, T, scale, sensitivity, run.delta, run.selection, relation)
+        spent = postprocess_epsilon(mech, T, scale, sensitivity, run.delta, selection, relation)
         if spent > run.epsilon * (1 + 1e-6):
             raise ValueError(f"this configuration spends epsilon={spent:.4f} > the budget {run.epsilon}; lower steps or raise the noise")
         settings = StepSettings(
@@ -223,7 +230,7 @@ class DPPostprocess(Method):
             notion = ("sensitive-attribute DP only (x and y public; the base model is not private): NOT comparable with record-level DP; "
                       "the derived predictor USES THE GROUP AT PREDICTION")
             accounting = f"one Laplace({scale:.4g}) confusion histogram, L1 sensitivity 2 (one group changed): pure DP"
-        accounting += selection_note(run.selection) if run.selection else ""
+        accounting += selection_note(selection) if selection else ""
         details = {"privacy_mode": h.privacy, "sampling_rate": q, "histogram_laplace_scale": scale, "neighbour_relation": relation,
                    "needs_group_at_prediction": True}
         if full:

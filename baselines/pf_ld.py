@@ -10,7 +10,8 @@ y are public). It is weaker than the record-level DP of RaCO-DP, and every resul
 
 Each step (paper eq. 8, as reconstructed in the docs):
 
-* the public part, exact and unnoised: ∇_θ [J(θ; B) + Σ_i λ_i s_i μ(B_{P_i})] (it reads only x, y);
+* the public part, exact and unnoised: ∇_θ [J(θ; B) + Σ_i λ_i s_i μ(B_{P_i})] (it reads only x, y; μ(B_P) divides
+  by the expected count q·|D_P|, as the group terms do);
 * the private part: Σ_i λ_i s_i (1/N̄_i) Σ_{z ∈ B_{G_i}} clip(∇_θ h(z), C_p) + N(0, σ_p² Δ_p² I), with
   N̄_i = q·n̂_i the expected batch count of the cell from *released* counts n̂ and
   Δ_p = 2 λ_max C_p / min_i N̄_i (Thm 1: moving one record between two cells changes two terms);
@@ -276,7 +277,7 @@ class PFLD(Method):
         params = {k: v.detach().requires_grad_(True) for k, v in state.params.items()}
         z = plan.model.logits(params, Xb)
         score = torch.softmax(z, 1)[:, 1]
-        pop_batch = torch.bincount(pb, minlength=2).to(z.dtype).clamp_min(1.0)
+        pop_batch = (plan.q * plan.population_sizes).clamp_min(1.0)  # expected, like the group terms' q·n̂ (exact: y is public)
         pop_coef = torch.zeros(2, dtype=z.dtype, device=z.device).index_add_(0, plan.populations, coef)
         public = torch.nn.functional.cross_entropy(z, yb, reduction="sum") / h.batch_size + (score * (pop_coef / pop_batch)[pb]).sum()
         public_grad = dict(zip(params, torch.autograd.grad(public, list(params.values()))))

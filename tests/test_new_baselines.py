@@ -155,3 +155,21 @@ def test_pfld_score_gradients_closed_form_equals_autodiff():
     mlp = MLP(6, 2, 8)
     out = clipped_score_sum(mlp, mlp.init(Stream(2)), X, torch.ones(64), 0.01)
     assert torch.sqrt(sum(v.square().sum() for v in out.values())) <= 64 * 0.01 * (1 + 1e-5)  # each clipped to C
+
+
+def test_postprocess_private_selection_charges_the_one_release_it_makes(synthetic):
+    """dp-postprocess's model exists only at its last step: checkpoint=private makes one noisy validation release,
+    and the printed ε composes exactly one (dp-accounting: base steps, histogram, one selection release)."""
+    import dp_accounting
+
+    cfg = RunConfig(dataset="synthetic", method="dp-postprocess", epsilon=3.0, checkpoint="private", selection_noise=20.0,
+                    selection_checkpoints=5, params={"batch_size": 128})
+    run = prepare_run(cfg, synthetic)
+    h, T = run.ctx.hyper, run.ctx.steps
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(128 / len(synthetic.train), dp_accounting.GaussianDpEvent(h.noise_multiplier)), T)
+    acc.compose(dp_accounting.LaplaceDpEvent(1 / (h.histogram_share * 3.0)))
+    acc.compose(dp_accounting.LaplaceDpEvent(20.0))
+    assert run.ctx.privacy["epsilon_spent"] == pytest.approx(acc.get_epsilon(cfg.delta), rel=0.01)
+    result = execute(run)
+    assert len(result.selection_releases) == 1 and result.reported["step"] == T

@@ -116,8 +116,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                                                 reference_xy=lambda r: (r["violation"], 1 - r["error"]))
     if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
         report.files += figures.tradeoff_figure(agg, df, out, "worst_group_loss", "test_worst_group_loss", "test_error",
-                                                "test worst-group loss (max over groups of the mean cross-entropy)", "test error",
-                                                f"{dataset}: test error vs worst-group loss (bounded group loss)")
+                                                "test worst-group loss (max over groups of the mean cross-entropy; log scale)", "test error",
+                                                f"{dataset}: test error vs worst-group loss (bounded group loss)", xscale="log")
     progress.advance("trade-off figures")
 
     selections = _selections(uri, exp_id, df)

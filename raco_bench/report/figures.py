@@ -106,7 +106,8 @@ def _panels(epsilons: list[float]):
 
 def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x: str, y: str, xlabel: str, ylabel: str,
                     title: str, minimise_y: bool = True, references: pd.DataFrame | None = None,
-                    reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["violation"], r["error"])) -> list[Path]:
+                    reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["violation"], r["error"]),
+                    xscale: str = "linear") -> list[Path]:
     """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
     their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
     private_eps = sorted(e for e in agg["epsilon"].unique() if math.isfinite(e)) or [math.inf]
@@ -138,6 +139,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
                            label=f"{method}, published ({source})")
         ax.set_title(_eps_label(eps))
         ax.set_xlabel(xlabel)
+        ax.set_xscale(xscale)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
     handles, labels = _legend_entries(axes)
