@@ -85,7 +85,11 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     import pandas as pd
 
     runs = pd.read_csv(out / "runs.csv")
-    assert set(runs["method"]) == {"raco-dp", "dp-fermi", "sgda"} and runs["trial_key"].is_unique
+    from raco_bench.methods import default_methods
+
+    assert set(runs["method"]) == set(default_methods("demographic-parity")) and runs["trial_key"].is_unique
+    assert {"pf-ld", "dp-postprocess", "budget-tailoring"} <= set(runs["method"]) and "worst_group_loss.png" in names
+    assert runs["test_worst_group_loss"].notna().all()
     wall = (out / "walltime.md").read_text()
     assert all(m in wall for m in ("raco-dp", "dp-sgd", "dp-fermi", "sgda", "sgd")) and "ratio to dp-sgd" in wall
     index = (out / "index.md").read_text()

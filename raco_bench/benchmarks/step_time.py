@@ -1,7 +1,8 @@
 """Mean wall time of one training step per method, measured side by side in one process.
 
 Every method is set up through its plugin exactly as `raco-bench train` would (default
-hyperparameters, ε = 1, the given expected batch size), then timed in interleaved rounds (every
+hyperparameters, ε = 1, the given expected batch size; a full-batch method reads the whole training
+split, and its row says so in the batch column), then timed in interleaved rounds (every
 round runs each method for ``steps`` steps, in rotating order) so that drift of the machine affects
 all of them alike. The table reports the mean and standard deviation over rounds of the mean ms per
 step, and each method's ratio to DP-SGD. Two reference implementations of DP-SGD that are not part
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.data import load_dataset
-from raco_bench.methods import METHOD_NAMES, timing_reference
+from raco_bench.methods import METHOD_NAMES, get_method, timing_reference
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.progress import Progress
 from raco_bench.training.config import RunConfig
@@ -40,8 +41,14 @@ class Timing:
     steps_per_round: int
 
 
+def step_batch(method: str, ds, batch_size: int) -> int:
+    """The batch a method's timed step reads: ``batch_size``, or the whole training split for a full-batch method."""
+    return batch_size if method in REFERENCES or hasattr(get_method(method).Hyper(), "batch_size") else len(ds.train)
+
+
 def _method_runner(method: str, ds, batch_size: int, seed: int, device: str):
-    run = prepare_run(RunConfig(dataset=ds.name, method=method, device=device, params={"batch_size": batch_size}), ds)
+    params = {"batch_size": batch_size} if step_batch(method, ds, batch_size) == batch_size else {}
+    run = prepare_run(RunConfig(dataset=ds.name, method=method, device=device, params=params), ds)
     box = [run.method.init_state(run.ctx, Stream(seed, run.ctx.device))]
 
     def timed(steps: int) -> float:
@@ -129,7 +136,8 @@ def measure(datasets=("adult",), methods=DEFAULT_METHODS, batch_size=512, rounds
                 samples[m].append(runners[m](steps))
                 progress.advance(f"{name} round {r + 1}/{rounds} {m}")
         for m in methods:
-            out.append(Timing(m, name, batch_size, statistics.fmean(samples[m]), statistics.stdev(samples[m]) if rounds > 1 else 0.0, rounds, steps))
+            out.append(Timing(m, name, step_batch(m, ds, batch_size), statistics.fmean(samples[m]), statistics.stdev(samples[m]) if rounds > 1 else 0.0,
+                              rounds, steps))
     return out
 
 
