@@ -1,0 +1,55 @@
+"""Privacy of hyperparameter tuning by random search with a random number of runs (Papernot & Steinke, ICLR 2022).
+
+Run K independent trainings, K drawn from a truncated negative binomial distribution (shape η ≥ 0;
+η = 0 is the logarithmic and η = 1 the geometric distribution), and release only the best one by a
+score that is itself private. If one training is (λ, ε(λ))-RDP at every order, the release is
+(λ, ε′(λ))-RDP with (their Theorem 2)
+
+    ε′(λ) = ε(λ) + (1 + η) · min_λ̂ [ (1 − 1/λ̂) ε(λ̂) + log(1/γ) / λ̂ ] + log E[K] / (λ − 1),
+
+where γ ∈ (0, 1) is the distribution's other parameter, fixed by its mean E[K]. The training's RDP
+curve may come from :mod:`raco_bench.privacy.rdp`, which is how RaCO-DP's joint step enters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from raco_bench.privacy.rdp import RdpCurve
+
+
+def tnb_mean(shape: float, gamma: float) -> float:
+    """E[K] of the truncated negative binomial with parameters (η = ``shape``, γ)."""
+    if shape == 0:  # logarithmic: P(K = k) ∝ (1 − γ)^k / k
+        return (1 - gamma) / (gamma * math.log(1 / gamma))
+    return shape * (1 - gamma) / (gamma * (1 - gamma**shape))
+
+
+def tnb_gamma(shape: float, mean: float) -> float:
+    """The γ whose distribution has mean ``mean`` (E[K] decreases in γ; bisection)."""
+    if not mean > 1:
+        raise ValueError(f"the mean number of runs must be > 1, got {mean}")
+    if shape < 0 or not math.isfinite(shape):
+        raise ValueError(f"the shape must be a finite number >= 0 (use Poisson for the limit), got {shape}")
+    lo, hi = 1e-12, 1 - 1e-12
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tnb_mean(shape, mid) > mean else (lo, mid)
+    return (lo + hi) / 2
+
+
+def repeat_and_select(curve: RdpCurve, mean: float, shape: float) -> RdpCurve:
+    """ε′(λ) of the best of K ~ TNB(η = ``shape``, mean ``mean``) runs of a mechanism with RDP ``curve`` (Theorem 2),
+    then monotone in λ (a lower order may take a higher order's bound)."""
+    orders = np.array(curve.orders, dtype=np.float64)
+    eps = np.array(curve.values, dtype=np.float64)
+    gamma = tnb_gamma(shape, mean)
+    usable = orders >= 1
+    constant = (1 + shape) * np.min((1 - 1 / orders[usable]) * eps[usable] + math.log(1 / gamma) / orders[usable])
+    out = np.full_like(eps, np.inf)
+    above = orders > 1
+    out[above] = eps[above] + math.log(mean) / (orders[above] - 1) + constant
+    out = np.minimum.accumulate(out[::-1])[::-1]  # RDP does not decrease with the order
+    return RdpCurve(curve.orders, tuple(float(x) for x in out))
