@@ -23,3 +23,21 @@ def load_mutant(source: str, edits: list[tuple[str, str]], name: str, prefix: st
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def first_catch(module, checks, guard: str | None = None) -> list[str]:
+    """Run ``checks`` on a mutant until one fails; its name and message (empty when none does). A ValueError whose
+    message holds ``guard`` counts too: the code's own guard refused the mutant. The mutant is unregistered after."""
+    try:
+        for check in checks:
+            try:
+                check(module)
+            except AssertionError as exc:
+                return [f"{check.__name__}: {exc}"]
+            except ValueError as exc:
+                if guard is None or guard not in str(exc):
+                    raise
+                return [f"{check.__name__}, by the code's own guard: {exc}"]
+        return []
+    finally:
+        sys.modules.pop(module.__name__, None)

@@ -29,7 +29,7 @@ from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.config import RunConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants import load_mutant  # noqa: E402
+from mutants import first_catch, load_mutant  # noqa: E402
 
 DELTA = 1e-5
 
@@ -362,20 +362,6 @@ def mutant(name: str):
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_each_planted_privacy_bug_turns_a_check_red(name):
     mod = mutant(name)
-    caught = []
-    try:
-        for check in MODULES[MUTATIONS[name][0]]:
-            try:
-                check(mod)
-            except AssertionError as exc:
-                caught.append(f"{check.__name__}: {exc}")
-                break
-            except ValueError as exc:  # the method's own guard: planning refuses a run whose exact ε exceeds the budget
-                if "spends epsilon" not in str(exc):
-                    raise
-                caught.append(f"{check.__name__}, by the overspending guard: {exc}")
-                break
-    finally:
-        sys.modules.pop(mod.__name__, None)
+    caught = first_catch(mod, MODULES[MUTATIONS[name][0]], guard="spends epsilon")  # the guard: planning refuses an overspending run
     print(f"{name}: caught by {caught}")
     assert caught, f"no privacy check caught the planted bug {name!r}"

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import privacy_checks as checks  # noqa: E402
-from mutants import load_mutant  # noqa: E402
+from mutants import first_catch, load_mutant  # noqa: E402
 
 from raco_bench.training import step as real_step  # noqa: E402
 
@@ -63,15 +63,6 @@ def test_real_step_passes(check):
 @pytest.mark.parametrize("name", list(MUTATIONS))
 def test_each_planted_privacy_bug_turns_a_check_red(name):
     module = mutant(name)
-    failures = []
-    try:
-        for check in CHECKS:
-            try:
-                check(module)
-            except AssertionError as exc:
-                failures.append(f"{check.__name__}: {exc}")
-                break
-    finally:
-        sys.modules.pop(module.__name__, None)
+    failures = first_catch(module, CHECKS)
     print(f"{name}: caught by {failures}")
     assert failures, f"no privacy check caught the planted bug {name!r}"
