@@ -17,7 +17,9 @@ and add/remove adjacency needs both directions:
   (Gauss–Hermite over S_G, the two Laplace atoms and Gauss–Legendre over its density).
 
 The step's RDP is the larger of the two. Fractional orders use the next integer order (Rényi
-divergence does not decrease with the order), so every value is an upper bound.
+divergence does not decrease with the order), so every value is an upper bound. An independent
+histogram batch composes the two subsampled mechanisms; a whole run adds its private selection's
+Laplace releases (:meth:`RdpCurve.of_run`).
 """
 
 from __future__ import annotations
@@ -87,15 +89,26 @@ def step_rdp(mech: StepMechanism, orders: tuple[float, ...] = ORDERS) -> np.ndar
     if not mech.private:
         raise ValueError("a step without noise has infinite RDP")
     if mech.laplace_scale is not None and mech.noise_multiplier is not None and mech.histogram_batch != "shared":
-        raise ValueError("RDP of an independent histogram batch: compose the two subsampled mechanisms instead (not implemented)")
+        # two independent Poisson batches: two subsampled mechanisms, composed
+        return (_subsampled_rdp(mech.sampling_rate, mech.noise_multiplier**-2, None, orders)
+                + _subsampled_rdp(mech.hist_rate, 0.0, mech.laplace_scale, orders))
     v = 0.0 if mech.noise_multiplier is None else mech.noise_multiplier**-2
-    q = mech.sampling_rate
+    return _subsampled_rdp(mech.sampling_rate if mech.noise_multiplier is not None else mech.hist_rate, v, mech.laplace_scale, orders)
+
+
+def _subsampled_rdp(q: float, gauss_var: float, laplace_scale: float | None, orders: tuple[float, ...]) -> np.ndarray:
     out = []
     for alpha in orders:
-        remove = remove_rdp(q, v, mech.laplace_scale, max(2, int(math.ceil(alpha))))
-        add = add_rdp(q, v, mech.laplace_scale, alpha) if q < 1 else remove  # q = 1: both mechanisms are symmetric
+        remove = remove_rdp(q, gauss_var, laplace_scale, max(2, int(math.ceil(alpha))))
+        add = add_rdp(q, gauss_var, laplace_scale, alpha) if q < 1 else remove  # q = 1: both mechanisms are symmetric
         out.append(max(remove, add))
     return np.array(out)
+
+
+def laplace_rdp(scale: float, orders: tuple[float, ...] = ORDERS) -> np.ndarray:
+    """ε(α) of one unsubsampled Laplace release of L1 sensitivity 1 (Mironov 2017, Prop. 6), at integer orders and
+    the next integer for fractional ones."""
+    return np.array([laplace_log_moment(scale, np.array([max(2, math.ceil(a))]))[0] / (max(2, math.ceil(a)) - 1) for a in orders])
 
 
 def rdp_to_epsilon(orders: tuple[float, ...], rdp: np.ndarray, delta: float) -> float:
@@ -119,6 +132,15 @@ class RdpCurve:
     @staticmethod
     def of_steps(mech: StepMechanism, steps: int, orders: tuple[float, ...] = ORDERS) -> "RdpCurve":
         return RdpCurve(orders, tuple(float(x) for x in steps * step_rdp(mech, orders)))
+
+    @staticmethod
+    def of_run(mech: StepMechanism, steps: int, selection=None, orders: tuple[float, ...] = ORDERS) -> "RdpCurve":
+        """A whole run: ``steps`` steps of ``mech`` and, with a private checkpoint selection, its ``count`` Laplace
+        releases of the validation counts (L1 sensitivity 1 under add/remove)."""
+        curve = RdpCurve.of_steps(mech, steps, orders)
+        if selection is None:
+            return curve
+        return curve.compose(RdpCurve(orders, tuple(float(x) for x in selection.count * laplace_rdp(selection.laplace_scale, orders))))
 
     def compose(self, other: "RdpCurve") -> "RdpCurve":
         if self.orders != other.orders:
