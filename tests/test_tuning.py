@@ -30,3 +30,14 @@ def test_repeat_and_select_equals_dp_accounting_on_dp_sgd(shape, mean):
     np.testing.assert_allclose(np.array(ours.values), np.array(acc._rdp), rtol=1e-6)
     assert ours.epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
     assert ours.epsilon(1e-5) > curve.epsilon(1e-5)  # tuning costs privacy
+
+
+def test_tuned_steps_fit_the_end_to_end_budget_and_cost_steps():
+    from raco_bench.privacy.accounting import max_steps
+    from raco_bench.privacy.tuning import end_to_end_epsilon, tuned_max_steps
+
+    mech = StepMechanism(1024 / 28829, 4.0, 2.0)  # RaCO-DP's default step on Adult
+    T = tuned_max_steps(mech, 3.0, 1e-5, mean=10.0, shape=1.0)
+    assert T >= 1
+    assert end_to_end_epsilon(mech, T, 1e-5, 10.0, 1.0) <= 3.0 < end_to_end_epsilon(mech, T + 1, 1e-5, 10.0, 1.0)
+    assert T < max_steps(mech, 3.0, 1e-5)  # accounting for the tuning leaves fewer steps than one untuned run gets

@@ -53,3 +53,30 @@ def repeat_and_select(curve: RdpCurve, mean: float, shape: float) -> RdpCurve:
     out[above] = eps[above] + math.log(mean) / (orders[above] - 1) + constant
     out = np.minimum.accumulate(out[::-1])[::-1]  # RDP does not decrease with the order
     return RdpCurve(curve.orders, tuple(float(x) for x in out))
+
+
+def end_to_end_epsilon(mech, steps: int, delta: float, mean: float, shape: float, selection=None) -> float:
+    """ε of the model released by accounted random search: K ~ TNB(``shape``, ``mean``) runs of ``steps`` steps of
+    ``mech`` (each with its private selection, if any), the best one released."""
+    from raco_bench.privacy.rdp import RdpCurve
+
+    return repeat_and_select(RdpCurve.of_run(mech, steps, selection), mean, shape).epsilon(delta)
+
+
+def tuned_max_steps(mech, target_epsilon: float, delta: float, mean: float, shape: float, selection=None, cap: int = 100_000) -> int:
+    """The largest T ≤ ``cap`` whose end-to-end ε (tuning included) is at most ``target_epsilon``; 0 if none is.
+    Bisection on the monotone ε(T)."""
+    eps = lambda t: end_to_end_epsilon(mech, t, delta, mean, shape, selection)  # noqa: E731
+    if eps(1) > target_epsilon:
+        return 0
+    lo, hi = 1, 2
+    while hi <= cap and eps(hi) <= target_epsilon:
+        lo, hi = hi, hi * 2
+    if hi > cap:
+        if eps(cap) <= target_epsilon:
+            return cap
+        hi = cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if eps(mid) <= target_epsilon else (lo, mid)
+    return lo
