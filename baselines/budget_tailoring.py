@@ -70,15 +70,20 @@ class ZCDPBudget:
     @staticmethod
     def split(epsilon: float, delta: float, count_noise: float, stage1_share: float, tailored: bool,
               selection=None) -> "ZCDPBudget":
-        total = rho_for(epsilon, delta)
         counts = 1.0 / (2 * count_noise**2)  # L2 sensitivity 1 under add/remove
         sel = selection.count / (2 * selection.laplace_scale**2) if selection is not None else 0.0  # pure (1/b)-DP → (1/(2b²))-zCDP
-        rest = total - counts - sel
+        return ZCDPBudget.allot(rho_for(epsilon, delta), counts, sel, stage1_share, tailored,
+                                f"raise count_noise or epsilon (epsilon={epsilon})")
+
+    @staticmethod
+    def allot(total: float, counts: float, selection: float, stage1_share: float, tailored: bool, fix: str) -> "ZCDPBudget":
+        """Split ρ = ``total``: the count and selection releases first, then stage 1 (``stage1_share`` of the rest, tailored
+        allocation only) and stage 2."""
+        rest = total - counts - selection
         if rest <= 0:
-            raise ValueError(f"the group-count release (count_noise={count_noise}) and the selection spend rho={counts + sel:.4g} "
-                             f">= the budget's rho={total:.4g} (epsilon={epsilon}); raise count_noise or epsilon")
+            raise ValueError(f"the group-count release and the selection spend rho={counts + selection:.4g} >= the budget's rho={total:.4g}; {fix}")
         stage1 = stage1_share * rest if tailored else 0.0
-        return ZCDPBudget(total, counts, sel, stage1, rest - stage1)
+        return ZCDPBudget(total, counts, selection, stage1, rest - stage1)
 
 
 # ------------------------------------------------------------------ stage 1

@@ -153,7 +153,6 @@ class DPPostprocess(Method):
     gamma_is_input = True
     style = ("#000000", "*")
     doc = "docs/methods/dp-postprocess.md"
-    legend_note = "uses A at prediction"
     final_only = True
     pyfunc_model = False
 

@@ -65,8 +65,7 @@ def fit(setting: SyntheticSetting, allocation: str, rho: float, gen: torch.Gener
     normal = lambda k: torch.randn(k, generator=gen, dtype=torch.float64)  # noqa: E731
     counts = torch.bincount(group, minlength=K).double()
     count_rho = 0.0 if setting.public_counts else 1 / (2 * setting.count_noise**2)
-    stage1 = setting.stage1_share * (rho - count_rho) if allocation == "tailored" else 0.0
-    budget = ZCDPBudget(rho, count_rho, 0.0, stage1, rho - count_rho - stage1)
+    budget = ZCDPBudget.allot(rho, count_rho, 0.0, setting.stage1_share, allocation == "tailored", "raise rho or count_noise")
     n_hat = counts if setting.public_counts else (counts + setting.count_noise * normal(K)).clamp_min(1.0)
     if allocation == "tailored":
         weights, _, _ = tailored_weights(X, y, group, K, n_hat, budget.stage1, setting.row_bound, setting.residual_clip, normal)

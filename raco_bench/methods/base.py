@@ -120,7 +120,6 @@ class Method(ABC):
     timing_reference: ClassVar[bool] = False  # the method other step times are divided by
     style: ClassVar[tuple[str, str]] = ("#56B4E9", "P")  # (colour, marker) in every figure
     doc: ClassVar[str] = ""  # its page in docs/methods/
-    legend_note: ClassVar[str] = ""  # what a figure's legend must say beside the privacy notion (e.g. "uses A at prediction")
     final_only: ClassVar[bool] = False  # True: only the last step yields the method's model (the only checkpoint a rule may pick)
     pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
 

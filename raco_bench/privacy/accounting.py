@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
@@ -159,23 +160,49 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
     if not mech.private:
         raise ValueError("cannot calibrate the number of steps of a mechanism without noise (epsilon is infinite)")
     base = step_pld(mech)
-    eps = lambda t: _epsilon(base, t, delta, selection)  # noqa: E731
-    if eps(1) > target_epsilon:
+    return largest_within(lambda t: _epsilon(base, t, delta, selection), target_epsilon, cap)
+
+
+def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
+    """The largest integer T ≤ ``cap`` with eps(T) ≤ ``target`` for a non-decreasing ``eps`` (0 if even T = 1 exceeds it):
+    exponential bracketing, then bisection."""
+    if eps(1) > target:
         return 0
     lo, hi = 1, 2
-    while hi <= cap and eps(hi) <= target_epsilon:
+    while hi <= cap and eps(hi) <= target:
         lo, hi = hi, hi * 2
     if hi > cap:
-        if eps(cap) <= target_epsilon:
+        if eps(cap) <= target:
             return cap
         hi = cap
     while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
         mid = (lo + hi) // 2
-        if eps(mid) <= target_epsilon:
+        if eps(mid) <= target:
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def smallest_noise_within(eps: Callable[[float], float], target: float, limit: float, failure: str, rel_tol: float = 1e-3) -> float:
+    """The smallest noise multiplier σ (to ``rel_tol``) with eps(σ) ≤ ``target`` for a non-increasing ``eps``: bracketing
+    from 1, then bisection; the upper end of the final bracket is returned, so the budget holds for it. Raises with
+    ``failure`` when no σ up to ``limit`` meets the target."""
+    hi = 1.0
+    while eps(hi) > target:
+        hi *= 2.0
+        if hi > limit:
+            raise ValueError(f"no noise multiplier up to {limit:g} meets epsilon={target}: {failure}")
+    lo = hi / 2.0
+    while lo > 1e-3 and eps(lo) <= target:
+        hi, lo = lo, lo / 2.0
+    while (hi - lo) / hi > rel_tol:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def gaussian_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float) -> float:
@@ -268,21 +295,6 @@ def plan_min_noise(plan: GaussianPlan, target_epsilon: float, delta: float, rel_
     """
     if not target_epsilon > 0:
         raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")
-    eps = lambda s: plan_epsilon(plan, s, delta)  # noqa: E731
-    hi = 1.0
-    while eps(hi) > target_epsilon:
-        hi *= 2.0
-        if hi > 1e5:
-            why = (f"the count release (count_noise={plan.count_noise}) alone spends too much; raise count_noise or epsilon"
-                   if plan.count_noise is not None else "raise epsilon, or lower the sampling rate or the number of steps")
-            raise ValueError(f"no noise multiplier up to 1e5 meets epsilon={target_epsilon}: {why}")
-    lo = hi / 2.0
-    while lo > 1e-3 and eps(lo) <= target_epsilon:
-        hi, lo = lo, lo / 2.0
-    while (hi - lo) / hi > rel_tol:
-        mid = 0.5 * (lo + hi)
-        if eps(mid) <= target_epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    why = (f"the count release (count_noise={plan.count_noise}) alone spends too much; raise count_noise or epsilon"
+           if plan.count_noise is not None else "raise epsilon, or lower the sampling rate or the number of steps")
+    return smallest_noise_within(lambda s: plan_epsilon(plan, s, delta), target_epsilon, 1e5, why, rel_tol)

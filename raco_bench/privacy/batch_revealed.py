@@ -25,6 +25,7 @@ import numpy as np
 from scipy.special import log_ndtr
 from scipy.stats import binom
 
+from raco_bench.privacy.accounting import smallest_noise_within
 from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
 
 
@@ -110,15 +111,7 @@ class RevealedBatchNoise(CalibrationProblem):
     def solve(self) -> float:
         if self.fixed_mu2 > 0 and RevealedBatchPlan(0, self.sampling_rate, 1.0, self.fixed_mu2).epsilon(self.delta) >= self.target_epsilon:
             raise ValueError(f"the fixed releases alone spend epsilon >= {self.target_epsilon}; raise their noise (count_noise) or epsilon")
-        lo, hi = 0.0, 1.0
-        while self.spent(hi) > self.target_epsilon:
-            lo, hi = hi, hi * 2
-            if hi > 1e6:
-                raise ValueError(f"no noise multiplier up to 1e6 meets epsilon={self.target_epsilon}")
-        while hi - lo > 1e-3 * hi:
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if self.spent(mid) <= self.target_epsilon else (mid, hi)
-        return hi
+        return smallest_noise_within(self.spent, self.target_epsilon, 1e6, "raise epsilon, or lower the sampling rate or the number of steps")
 
     def within_budget(self, value: float) -> bool:
         return value > 0 and self.spent(value) <= self.target_epsilon

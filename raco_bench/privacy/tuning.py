@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from raco_bench.privacy.accounting import largest_within
 from raco_bench.privacy.rdp import RdpCurve
 
 
@@ -65,18 +66,5 @@ def end_to_end_epsilon(mech, steps: int, delta: float, mean: float, shape: float
 
 def tuned_max_steps(mech, target_epsilon: float, delta: float, mean: float, shape: float, selection=None, cap: int = 100_000) -> int:
     """The largest T ≤ ``cap`` whose end-to-end ε (tuning included) is at most ``target_epsilon``; 0 if none is.
-    Bisection on the monotone ε(T)."""
-    eps = lambda t: end_to_end_epsilon(mech, t, delta, mean, shape, selection)  # noqa: E731
-    if eps(1) > target_epsilon:
-        return 0
-    lo, hi = 1, 2
-    while hi <= cap and eps(hi) <= target_epsilon:
-        lo, hi = hi, hi * 2
-    if hi > cap:
-        if eps(cap) <= target_epsilon:
-            return cap
-        hi = cap
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if eps(mid) <= target_epsilon else (lo, mid)
-    return lo
+    Bisection on the monotone ε(T) (:func:`raco_bench.privacy.accounting.largest_within`)."""
+    return largest_within(lambda t: end_to_end_epsilon(mech, t, delta, mean, shape, selection), target_epsilon, cap)
