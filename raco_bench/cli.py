@@ -150,6 +150,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import preprocessing_cost
 
         return preprocessing_cost.main(args.rest)
+    if args.what == "audit":
+        from raco_bench.benchmarks import audit_tightness
+
+        return audit_tightness.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
@@ -160,7 +164,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.experiment, args.tracking_uri, Path(args.out or f"reports/{args.experiment}"),
                               Path(args.references) if args.references else None, args.walltime_experiment,
-                              log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id)
+                              log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id, audit_experiment=args.audit_experiment)
     except ReportError as exc:
         raise ValueError(str(exc)) from None
     for path in report.files:
@@ -171,7 +175,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
+    from raco_bench import tracking
+
+    uri = None if args.no_mlflow else tracking.resolve_tracking_uri(args.tracking_uri)
+    handler = {"preprocessing": _audit_preprocessing, "whitebox": _audit_whitebox, "one-run": _audit_one_run}[args.audit]
+    results = handler(args, uri)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=float))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _audit_preprocessing(args: argparse.Namespace, uri: str | None) -> list[dict]:
     from raco_bench.audit.preprocessing import PreprocessingAttack, run_attack
+    from raco_bench.audit.records import log_audit
 
     if args.runs < 4:
         raise ValueError(f"invalid --runs {args.runs}: at least 4 runs per world (half choose the threshold, half are counted)")
@@ -181,13 +198,58 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                                      epsilon=args.epsilon, delta=args.delta, runs=args.runs)
         result = run_attack(attack)
         print(result.summary(), flush=True)
-        results.append({"preprocessing": mode, "epsilon_lower": result.bound.epsilon_lower, "confidence": result.bound.confidence,
-                        "claimed_epsilon": result.claimed_epsilon, "runs_per_world": args.runs,
-                        "tpr": result.bound.true_positive_rate, "fpr": result.bound.false_positive_rate,
-                        "stat_d_mean": float(result.statistic_d.mean()), "stat_d_prime_mean": float(result.statistic_d_prime.mean())})
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    return 0
+        row = {"preprocessing": mode, "epsilon_lower": result.bound.epsilon_lower, "confidence": result.bound.confidence,
+               "claimed_epsilon": result.claimed_epsilon, "runs_per_world": args.runs,
+               "tpr": result.bound.true_positive_rate, "fpr": result.bound.false_positive_rate,
+               "stat_d_mean": float(result.statistic_d.mean()), "stat_d_prime_mean": float(result.statistic_d_prime.mean())}
+        results.append(row)
+        if uri is not None:
+            params = {"method": attack.method, "dataset": attack.dataset, "epsilon": attack.epsilon, "delta": attack.delta, "runs": attack.runs,
+                      "variant": f"preprocessing={mode}", "column": attack.column, "value": attack.value, "confidence": result.bound.confidence,
+                      "steps": "full run", "sampling_rate": "the configuration's"}
+            note = (f"one record with {attack.column}={attack.value:g} added; statistic: the released model's weight on it; "
+                    f"preprocessing={mode}" + (" (OUTSIDE the budget)" if mode == "paper" else " (public domains, no budget)"))
+            log_audit(uri, "preprocessing", params, {"epsilon_claimed": result.claimed_epsilon, "epsilon_audited": result.bound.epsilon_lower,
+                                                     "true_positive_rate": row["tpr"], "false_positive_rate": row["fpr"]}, note)
+    return results
+
+
+def _audit_whitebox(args: argparse.Namespace, uri: str | None) -> list[dict]:
+    import torch
+
+    from raco_bench.audit.records import log_audit
+    from raco_bench.audit.whitebox import WhiteBoxAudit, run_whitebox
+
+    params = tuple(_parse_sets(args.set).items())
+    audit = WhiteBoxAudit(method=args.method, dataset=args.dataset, epsilon=args.epsilon, delta=args.delta, steps=args.steps, runs=args.runs,
+                          rows=None if args.rows == 0 else args.rows, sampling_rate=args.sampling_rate, confidence=args.confidence,
+                          params=params, seed=args.seed)
+    audit.validate()
+    torch.set_num_threads(args.threads)
+    result = run_whitebox(audit, progress=lambda world, done: print(f"  world {world}: {done}/{audit.runs} runs", file=sys.stderr, flush=True))
+    print(result.summary(), flush=True)
+    row = {"method": audit.method, "dataset": audit.dataset, "statistic": result.statistic, **result.metrics(), **result.settings}
+    if uri is not None:
+        row["mlflow_run_id"] = log_audit(uri, "whitebox", result.params(), result.metrics(), result.note())
+    return [row]
+
+
+def _audit_one_run(args: argparse.Namespace, uri: str | None) -> list[dict]:
+    import torch
+
+    from raco_bench.audit.one_run import OneRunAudit, run_one_run
+    from raco_bench.audit.records import log_audit
+
+    audit = OneRunAudit(method=args.method, dataset=args.dataset, epsilon=args.epsilon, delta=args.delta, canaries=args.canaries,
+                        steps=args.steps, confidence=args.confidence, params=tuple(_parse_sets(args.set).items()), seed=args.seed)
+    audit.validate()
+    torch.set_num_threads(args.threads)
+    result = run_one_run(audit)
+    print(result.summary(), flush=True)
+    row = {"method": audit.method, "dataset": audit.dataset, **result.metrics()}
+    if uri is not None:
+        row["mlflow_run_id"] = log_audit(uri, "one-run", result.params(), result.metrics(), result.note())
+    return [row]
 
 
 def _set_keys_epilog() -> str:
@@ -244,6 +306,46 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     a.add_argument("--runs", type=int, default=300, help="training runs per world (default: %(default)s)")
     a.add_argument("--epsilon", type=float, default=1.0, help="claimed epsilon of each run (default: %(default)s)")
     a.add_argument("--delta", type=float, default=1e-5, help="delta (default: %(default)s)")
+    _audit_common(a)
+
+    from raco_bench.audit.whitebox import AUDITABLE, WhiteBoxAudit
+
+    d = WhiteBoxAudit()
+    w = audit.add_parser("whitebox", help="many one-step (or few-step) runs with and without a canary, observing every release (docs/audit.md)")
+    w.add_argument("--method", default=d.method, choices=list(AUDITABLE), help="method (default: %(default)s)")
+    w.add_argument("--dataset", default=d.dataset, help="dataset (default: %(default)s)")
+    w.add_argument("--epsilon", type=float, default=d.epsilon, help="claimed epsilon of each audited run; its noise is calibrated to it (default: %(default)s)")
+    w.add_argument("--delta", type=float, default=d.delta, help="delta (default: %(default)s)")
+    w.add_argument("--steps", type=int, default=d.steps, help="steps T of each audited run (default: %(default)s)")
+    w.add_argument("--runs", type=int, default=d.runs, help="runs per world (default: %(default)s)")
+    w.add_argument("--rows", type=int, default=d.rows, help="training rows of D, 0 = all; q is kept (default: %(default)s)")
+    w.add_argument("--sampling-rate", type=float, default=None, help="q of the audited runs (default: the configuration's batch_size / n_train)")
+    w.add_argument("--confidence", type=float, default=d.confidence, help="confidence of the lower bound (default: %(default)s)")
+    w.add_argument("--seed", type=int, default=d.seed, help="seed of the audit's runs (default: %(default)s)")
+    w.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable (see `raco-bench train --help`)")
+    _audit_common(w)
+
+    from raco_bench.audit.one_run import OneRunAudit
+    from raco_bench.methods import METHOD_NAMES
+
+    o, d1 = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)"), OneRunAudit()
+    o.add_argument("--method", default=d1.method, choices=list(METHOD_NAMES), help="a private method (default: %(default)s)")
+    o.add_argument("--dataset", default=d1.dataset, help="dataset (default: %(default)s)")
+    o.add_argument("--epsilon", type=float, default=d1.epsilon, help="claimed epsilon of the run (default: %(default)s)")
+    o.add_argument("--delta", type=float, default=d1.delta, help="delta (default: %(default)s)")
+    o.add_argument("--canaries", type=int, default=d1.canaries, help="canaries m, held-out rows with flipped labels (default: %(default)s)")
+    o.add_argument("--steps", type=int, default=None, help="steps T of the run (default: the most the budget allows, as in training)")
+    o.add_argument("--confidence", type=float, default=d1.confidence, help="confidence of the lower bound (default: %(default)s)")
+    o.add_argument("--seed", type=int, default=d1.seed, help="seed of the run and of the canaries' inclusion (default: %(default)s)")
+    o.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    o.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable")
+    _audit_common(o)
+
+
+def _audit_common(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--tracking-uri", default=None, help="MLflow store of the audit run (default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db)")
+    a.add_argument("--no-mlflow", action="store_true", help="do not log the audit to MLflow (experiment raco-bench-audit)")
     a.add_argument("--json", default=None, help="write the results to this file (default: none)")
 
 
@@ -254,11 +356,12 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source (default: none)")
     p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
     p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
+    p.add_argument("--audit-experiment", default="raco-bench-audit", help="experiment of `raco-bench audit` runs for the audit table (default: %(default)s)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing"], help="which benchmark (each has its own --help)")
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing", "audit"], help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
 

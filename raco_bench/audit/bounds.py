@@ -16,6 +16,10 @@ import numpy as np
 from scipy import stats
 
 
+MAX_THRESHOLDS = 4000  # candidate thresholds a selection half tries
+MIN_FIRES = 30  # a candidate test must fire at least this often in D′ on the selection half
+
+
 @dataclass(frozen=True)
 class AuditBound:
     epsilon_lower: float  # ε̂: the audited lower bound (0 when the test gives no evidence)
@@ -64,10 +68,15 @@ def _fires(values: np.ndarray, thresholds: np.ndarray, direction: str) -> np.nda
 def _best_threshold(a: np.ndarray, b: np.ndarray, delta: float, confidence: float) -> tuple[float, str]:
     """The threshold and direction with the largest bound on the selection half (a: world D, b: world D′)."""
     values = np.unique(np.concatenate([a, b]))
+    if len(values) > MAX_THRESHOLDS:  # many runs: candidates at tail quantiles (the bound lives in the tails) and the bulk
+        tails = np.geomspace(0.5 / len(values), 0.5, MAX_THRESHOLDS // 2)
+        values = np.unique(np.quantile(values, np.concatenate([tails, 1.0 - tails])))
     thresholds = (values[:-1] + values[1:]) / 2 if len(values) > 1 else values  # midpoints: margins on both sides
     best = (-1.0, float(thresholds[0]), "above")
     for direction in ("above", "below"):
-        eps = _bounds(_fires(b, thresholds, direction), len(b), _fires(a, thresholds, direction), len(a), delta, confidence)
+        pos = _fires(b, thresholds, direction)
+        eps = _bounds(pos, len(b), _fires(a, thresholds, direction), len(a), delta, confidence)
+        eps = np.where(pos >= min(MIN_FIRES, len(b) // 20), eps, -0.5)  # a test that fires a handful of times overfits its half
         i = int(np.argmax(eps))
         if eps[i] > best[0]:
             best = (float(eps[i]), float(thresholds[i]), direction)
@@ -79,11 +88,26 @@ def audit_epsilon(stat_d: np.ndarray, stat_d_prime: np.ndarray, delta: float, co
 
     The first half of each world's runs chooses the threshold and direction; the second half is counted.
     """
-    a, b = np.asarray(stat_d, dtype=float), np.asarray(stat_d_prime, dtype=float)
-    ha, hb = len(a) // 2, len(b) // 2
-    thr, direction = _best_threshold(a[:ha], b[:hb], delta, confidence)
-    a2, b2 = a[ha:], b[hb:]
+    return audit_best({"statistic": (stat_d, stat_d_prime)}, delta, confidence)[1]
+
+
+def audit_best(candidates: dict[str, tuple[np.ndarray, np.ndarray]], delta: float, confidence: float = 0.95) -> tuple[str, AuditBound]:
+    """ε̂ from the best of several statistics, each observed on the same runs in D and in D′ (``name -> (D, D′)``).
+
+    The first half of each world's runs chooses the statistic, its threshold and its direction (the largest
+    bound there); only the second half is counted, so the choice costs no confidence.
+    """
+    best = None
+    for name, (a, b) in candidates.items():
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        ha, hb = len(a) // 2, len(b) // 2
+        thr, direction = _best_threshold(a[:ha], b[:hb], delta, confidence)
+        pos, neg = _fires(b[:hb], np.array([thr]), direction)[0], _fires(a[:ha], np.array([thr]), direction)[0]
+        score = epsilon_lower_bound(int(pos), hb, int(neg), ha, delta, confidence)
+        if best is None or score > best[0]:
+            best = (score, name, thr, direction, a[ha:], b[hb:], min(len(a), len(b)))
+    _, name, thr, direction, a2, b2, runs = best
     pos = int((b2 > thr).sum() if direction == "above" else (b2 < thr).sum())
     neg = int((a2 > thr).sum() if direction == "above" else (a2 < thr).sum())
     eps = epsilon_lower_bound(pos, len(b2), neg, len(a2), delta, confidence)
-    return AuditBound(eps, confidence, thr, direction, pos / len(b2), neg / len(a2), min(len(a), len(b)))
+    return name, AuditBound(eps, confidence, thr, direction, pos / len(b2), neg / len(a2), runs)

@@ -75,8 +75,26 @@ def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tenso
     return after
 
 
+@dataclass(frozen=True)
+class FermiRelease:
+    """What one DP-FERMI step releases for every configuration: the noisy sums of clipped θ gradients and of
+    clipped W gradients (one Gaussian vector). The update after it is post-processing (:func:`apply_fermi_release`);
+    the white-box audit (:mod:`raco_bench.audit.whitebox`) reads it."""
+
+    grad_w: torch.Tensor  # K × c × d
+    grad_b: torch.Tensor  # K × c
+    grad_W: torch.Tensor  # K × contexts × G × c
+
+
 def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
           products: RowProducts) -> FermiPackState:
+    return apply_fermi_release(state, s, fermi_release(state, data, ctx_ids, groups, s, products))
+
+
+def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
+                  products: RowProducts | None = None) -> FermiRelease:
+    """The release of step ``state.step + 1`` for every configuration of ``s`` (all within their T, one batch-size group)."""
+    products = products or rows_for(data.X.device)
     t = state.step + 1
     K = s.size
     rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
@@ -117,10 +135,15 @@ def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups:
         grad_w = grad_w + s.noise_theta[:, None, None] * z[:, : c * d].view_as(grad_w)
         grad_b = grad_b + s.noise_theta[:, None] * z[:, c * d : c * d + c]
         gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)
+    return FermiRelease(grad_w, grad_b, gW)
+
+
+def apply_fermi_release(state: FermiPackState, s: FermiPackSettings, release: FermiRelease) -> FermiPackState:
+    """Descent on θ, ascent on W projected onto the radius-D ball per context."""
     step = (s.lr / s.batch)
-    weight_new = state.weight - step[:, None, None] * grad_w
-    bias_new = state.bias - step[:, None] * grad_b
-    W = state.W + (s.lr_w * s.fairness / s.batch)[:, None, None, None] * gW
+    weight_new = state.weight - step[:, None, None] * release.grad_w
+    bias_new = state.bias - step[:, None] * release.grad_b
+    W = state.W + (s.lr_w * s.fairness / s.batch)[:, None, None, None] * release.grad_W
     norms_W = W.flatten(2).norm(dim=2).clamp_min(1e-12)  # Π onto {‖W_ctx‖_F ≤ D} per context block
     W = W * (s.radius[:, None] / norms_W).clamp(max=1.0)[..., None, None]
-    return FermiPackState(weight_new, bias_new, W, state.inv_sqrt_p, t)
+    return FermiPackState(weight_new, bias_new, W, state.inv_sqrt_p, state.step + 1)

@@ -181,7 +181,7 @@ class StepNoise:
 def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None,
                noise: StepNoise, products: RowProducts):
     """Lines 1–6 for the configurations at ``idx``, padded to ``width`` slots: (Σ clipped gradients + noise for
-    weight and bias, Γ̂ or None).
+    weight and bias, Γ̂ or None, the released histogram Ĥ (k × P × c) or None).
 
     Per-row arrays are class-major, c × k × M: a sum or maximum over classes is then a few
     contiguous vector operations rather than a reduction over a dimension of 2."""
@@ -194,7 +194,7 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     temperature = s.temperature[idx, None]
     z = temperature * batch.logits(state.weight[idx], state.bias[idx])  # c × k × M, up to a per-row shift
     probs = _softmax(z, dim=0)
-    coef = estimates = None
+    coef = estimates = H = None
     if s.constrained and rates is not None:
         hard = s.hard[idx]
         hist_probs = probs
@@ -230,7 +230,7 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
         z = noise.gaussian[idx].to(grad_w.dtype)
         grad_w = grad_w + s.noise_std[idx, None, None] * z[:, : c * d].view_as(grad_w)
         grad_b = grad_b + s.noise_std[idx, None] * z[:, c * d :]
-    return grad_w, grad_b, estimates
+    return grad_w, grad_b, estimates, H
 
 
 def pack_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
@@ -250,28 +250,50 @@ def pack_step(state: PackState, data: PackData, s: PackSettings, rates: Compiled
     return _step(state, data, s, rates, products, budget)
 
 
-def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts, budget: int) -> PackState:
-    """The step of configurations that are all within their T."""
+@dataclass(frozen=True)
+class StepRelease:
+    """What one step releases for every configuration of a pack (lines 3 and 6): the noisy sums of clipped
+    gradients and the noisy histogram Ĥ, with the Γ̂ computed from it (line 8). Everything after is
+    post-processing (:func:`apply_release`). The white-box audit (:mod:`raco_bench.audit.whitebox`) reads it."""
+
+    grad_w: torch.Tensor  # K × c × d
+    grad_b: torch.Tensor  # K × c
+    histogram: torch.Tensor | None  # K × P × c (None: unconstrained)
+    estimates: torch.Tensor | None  # K × J
+
+
+def step_release(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
+                 budget: int | None = None) -> StepRelease:
+    """Lines 1–8 of step ``state.step + 1`` for every configuration (all within their T), in :func:`chunks`."""
+    products = products or rows_for(data.X.device)
+    budget = budget or chunk_budget(data.X.device)
     t = state.step + 1
     noise = StepNoise.draw(s, data, t)
     widths = noise.valid.sum(1).tolist()
     groups = chunks(widths, slot_bytes(data, products), budget)
     if len(groups) == 1:
-        grad_w, grad_b, estimates = _gradients(slice(None), max(widths), state, data, s, rates, noise, products)
-    else:
-        grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
-        estimates = torch.empty_like(state.estimates) if s.constrained and rates is not None else None
-        for group in groups:
-            idx = torch.tensor(group, device=state.weight.device)
-            gw, gb, est = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, products)
-            grad_w[idx], grad_b[idx] = gw, gb
-            if est is not None:
-                estimates[idx] = est
-    step_size = -s.lr / s.expected_batch  # line 7: divide by B
-    weight = state.weight + step_size[:, None, None] * grad_w
-    bias = state.bias + step_size[:, None] * grad_b
+        grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, products)
+        return StepRelease(grad_w, grad_b, H, estimates)
+    grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
+    constrained = s.constrained and rates is not None
+    estimates = torch.empty_like(state.estimates) if constrained else None
+    H = state.weight.new_empty(s.size, rates.n_parts, data.n_classes) if constrained else None
+    for group in groups:
+        idx = torch.tensor(group, device=state.weight.device)
+        gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, products)
+        grad_w[idx], grad_b[idx] = gw, gb
+        if est is not None:
+            estimates[idx], H[idx] = est, hist.to(H.dtype)
+    return StepRelease(grad_w, grad_b, H, estimates)
 
-    lam, velocity = state.lam, state.velocity
+
+def apply_release(state: PackState, s: PackSettings, release: StepRelease) -> PackState:
+    """Lines 7 and 9: the primal step from the released gradient sums and the dual step from Γ̂."""
+    step_size = -s.lr / s.expected_batch  # line 7: divide by B
+    weight = state.weight + step_size[:, None, None] * release.grad_w
+    bias = state.bias + step_size[:, None] * release.grad_b
+
+    lam, velocity, estimates = state.lam, state.velocity, release.estimates
     if estimates is None:
         estimates = state.estimates
     else:  # line 9: projected ascent on λ (optionally with momentum and a box)
@@ -281,4 +303,9 @@ def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRate
         velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
         lam = torch.where(with_momentum, lam + velocity, lam + s.dual_lr[:, None] * ascent).clamp_min(0.0)
         lam = torch.minimum(lam, s.lambda_max[:, None])
-    return PackState(weight, bias, lam, velocity, estimates, t)
+    return PackState(weight, bias, lam, velocity, estimates, state.step + 1)
+
+
+def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts, budget: int) -> PackState:
+    """The step of configurations that are all within their T."""
+    return apply_release(state, s, step_release(state, data, s, rates, products, budget))

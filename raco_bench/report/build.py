@@ -10,6 +10,7 @@ Outputs in ``--out``:
 * ``fnr.{pdf,png}`` for false-negative-rate sweeps: accuracy against FNR;
 * ``worst_group_loss.{pdf,png}``: test error against the worst group's mean loss (bounded group loss), every method;
 * ``walltime.{md,tex,csv}``: the latest `raco-bench bench walltime` table, when one was logged;
+* ``audit.{md,csv,png,pdf}``: the latest `raco-bench audit` of each configuration, audited ε̂ beside the claimed ε;
 * ``index.md`` linking it all, with notes (methods with no point meeting γ, substitutes, privacy notions).
 
 The whole folder is also logged to MLflow as artifacts of the sweep's latest phase parent run.
@@ -30,6 +31,8 @@ from raco_bench.benchmarks.throughput import load as load_throughput
 from raco_bench.progress import Progress
 from raco_bench.report import figures
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
+from raco_bench.audit.records import AUDIT_EXPERIMENT, load_audits
+from raco_bench.report.audits import write_audits
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
 
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
@@ -91,7 +94,8 @@ def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
 
 
 def build_report(experiment: str, tracking_uri: str | None, out: Path, references: Path | None = None,
-                 walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None) -> Report:
+                 walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None,
+                 audit_experiment: str = AUDIT_EXPERIMENT) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.require_existing_store(uri)
     progress = Progress("report", 5, every=0.0)
@@ -147,6 +151,11 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         path.write_text(f"Configurations per hour by pack size (hardware: {throughput['hardware'].iloc[0]}; `raco-bench bench throughput`).\n\n"
                         + markdown_table(throughput[cols].round(4)) + "\n")
         report.files.append(path)
+    audits = load_audits(uri, audit_experiment)
+    if audits is not None:
+        report.files += write_audits(audits, out)
+    else:
+        report.notes.append(f"no privacy audit in experiment {audit_experiment!r}; run `raco-bench audit whitebox` to add one.")
     _write_index(report, experiment, uri, df)
     progress.advance("wall-time tables and index")
     if log_to_mlflow:

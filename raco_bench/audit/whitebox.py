@@ -1,0 +1,407 @@
+"""The white-box audit: many one-step (or few-step) runs with and without a canary, observing what each
+step releases, through the suite's own batched engines (docs/audit.md).
+
+World D is a configuration's training rows; world D′ adds one canary record. Each run draws its own
+seed; in both worlds a run releases, step by step, the noisy sum of clipped gradients (and, for
+RaCO-DP, the Laplace histogram), exactly as :func:`raco_bench.packs.lagrangian.step_release` or
+:func:`raco_bench.packs.fermi.fermi_release` compute them when the configuration trains. The auditor
+is the strongest one that DP must withstand: it knows every record but the canary, every
+intermediate model and which other records each batch holds (Poisson sampling hides only the
+canary's own inclusion). So it subtracts the other records' exact contribution (the same step
+replayed without noise on D, with the run's seed: the same batch of other rows) and is left with
+noise, plus the canary's clipped contribution when the canary was sampled.
+
+Its statistic is the likelihood ratio of the claimed mechanism, per step
+    L_t = Σ_blocks (⟨g, v⟩ − ‖v‖²/2) / s_b²   (Gaussian blocks, noise std s_b, canary contribution v)
+        + Σ_cells (|h| − |h − u|) / s_L      (the Laplace histogram, canary mass u),
+composed over steps as Σ_t log(1 − q + q·e^{L_t}) (the Poisson mixture); with each release block alone
+(the gradient, the histogram, DP-FERMI's W) as more candidates, so that a mechanism broken in one
+release is not hidden by another's noise. Which statistic and threshold is chosen on half of the runs and the
+other half is counted (:func:`raco_bench.audit.bounds.audit_best`).
+
+The starting model is chosen by the auditor (DP holds for every data-independent initial model): a
+bias that makes every prediction confident, so that the canary's soft prediction puts its whole
+histogram mass in one cell, the worst case the Laplace release is accounted for. The canary is a
+training row with its label flipped and its features scaled up, so that its gradient is clipped to
+exactly C.
+
+How tight the audit can be with its number of runs is measured, not guessed: the same statistic and
+bound on runs simulated from the accountant's own worst case (:func:`ideal_epsilon`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from raco_bench.audit.bounds import AuditBound, audit_best
+from raco_bench.training.step import TrainData
+
+LAGRANGIAN = ("raco-dp", "dp-sgd")
+AUDITABLE = LAGRANGIAN + ("dp-fermi",)
+CONFIDENT_BIAS = 12.0  # the starting bias of the predicted class: soft predictions within e^-12 of one-hot
+CANARY_SCALE = 10.0  # the canary's features, times the row's: its gradient is clipped
+
+
+@dataclass(frozen=True)
+class WhiteBoxAudit:
+    method: str = "raco-dp"
+    dataset: str = "adult"
+    epsilon: float = 1.0  # the claimed ε of the audited run (its noise is calibrated to it)
+    delta: float = 1e-5
+    steps: int = 1  # T of each audited run
+    runs: int = 100_000  # per world
+    rows: int | None = 4096  # training rows of D (None: all); q is kept, so the expected batch shrinks with it
+    sampling_rate: float | None = None  # q of the audited runs (default: the configuration's B / n_train)
+    confidence: float = 0.95
+    params: tuple = ()  # hyperparameter overrides, as (key, value) pairs
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.method not in AUDITABLE:
+            raise ValueError(f"the white-box audit covers {', '.join(AUDITABLE)}; got method={self.method!r} "
+                             "(other methods: the one-run audit, `raco-bench audit one-run`)")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"invalid epsilon={self.epsilon!r}: the claimed budget must be a finite number > 0")
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"invalid steps={self.steps!r}: an audited run takes at least one step")
+        if not isinstance(self.runs, int) or self.runs < 20:
+            raise ValueError(f"invalid runs={self.runs!r}: at least 20 runs per world (half choose the test, half count)")
+        if self.rows is not None and self.rows < 16:
+            raise ValueError(f"invalid rows={self.rows!r}: keep at least 16 training rows (or none: all)")
+        if self.sampling_rate is not None and not 0 < self.sampling_rate <= 1:
+            raise ValueError(f"invalid sampling_rate={self.sampling_rate!r}: must be in (0, 1]")
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"invalid confidence={self.confidence!r}: must be in [0.5, 1)")
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    audit: WhiteBoxAudit
+    bound: AuditBound
+    claimed_epsilon: float
+    ideal: AuditBound  # the same audit on the accountant's own worst case: what this many runs can show
+    statistic: str  # the candidate statistic the selection half chose
+    point_epsilon: float  # ln(TPR / FPR) on the counted half (no confidence margin; inf when FPR = 0)
+    settings: dict  # what the audited runs used: q, expected batch, clipping, noise
+    seconds: float
+
+    def summary(self) -> str:
+        b = self.bound
+        return (f"{self.audit.method} on {self.audit.dataset}, {self.audit.steps} step(s), q = {self.settings['sampling_rate']:.4g}, "
+                f"{b.runs_per_world} runs per world: audited epsilon >= {b.epsilon_lower:.3f} at {b.confidence:.0%} confidence "
+                f"(statistic {self.statistic}; TPR {b.true_positive_rate:.4f}, FPR {b.false_positive_rate:.4f} on the counted half) "
+                f"against a claimed epsilon of {self.claimed_epsilon:.3f}; with this many runs an exact implementation of the claim "
+                f"reaches {self.ideal.epsilon_lower:.3f} ({self.seconds:.0f} s)")
+
+    def params(self) -> dict:
+        """What MLflow records of the audit: its settings, and what the audited runs used."""
+        a = self.audit
+        return {"method": a.method, "dataset": a.dataset, "epsilon": a.epsilon, "delta": a.delta, "steps": a.steps, "runs": a.runs,
+                "confidence": a.confidence, "seed": a.seed, "statistic": self.statistic, "variant": "white-box", **self.settings, **dict(a.params)}
+
+    def note(self) -> str:
+        """What the audit observed, and what of the claim it did not."""
+        a = self.audit
+        hist = " and Laplace histogram" if "noise_std_histogram" in self.settings else ""
+        unobserved = "; the claim also covers the group-count release, not observed" if a.method == "dp-fermi" else ""
+        return (f"{a.steps}-step runs from an auditor-chosen start; canary = a training row with its label flipped and features "
+                f"x{CANARY_SCALE:g}; observed: every step's noisy gradient sum{hist}{unobserved}")
+
+    def metrics(self) -> dict[str, float]:
+        b = self.bound
+        return {"epsilon_claimed": self.claimed_epsilon, "epsilon_audited": b.epsilon_lower, "epsilon_audited_point": self.point_epsilon,
+                "epsilon_ideal_at_runs": self.ideal.epsilon_lower, "true_positive_rate": b.true_positive_rate,
+                "false_positive_rate": b.false_positive_rate, "audit_seconds": self.seconds}
+
+
+# ---------------------------------------------------------------- the configuration and its data
+
+
+def calibrated_run(audit: WhiteBoxAudit):
+    """The prepared run whose ``audit.steps`` steps spend exactly the claimed ε (to the calibration's tolerance):
+    RaCO-DP and DP-SGD scale their σ (and s_L, keeping the configuration's ratio); DP-FERMI calibrates its own σ."""
+    from raco_bench.data.catalog import load_table
+    from raco_bench.methods import get_method
+    from raco_bench.privacy.accounting import StepMechanism, epsilon, smallest_noise_within
+    from raco_bench.training.config import RunConfig
+    from raco_bench.training.loop import prepare_run
+
+    table = load_table(audit.dataset)
+    idx = table.split(0)
+    n_full = len(idx["train"])
+    if audit.rows is not None:
+        idx = {**idx, "train": idx["train"][: audit.rows]}
+    ds = table.dataset(0, "public", idx)
+    n = len(idx["train"])
+    method = get_method(audit.method)
+    params = dict(audit.params)
+    hyper = method.hyperparameters(params)
+    q = audit.sampling_rate if audit.sampling_rate is not None else min(1.0, hyper.batch_size / n_full)
+    params["batch_size"] = max(1, round(q * n))
+    q = params["batch_size"] / n
+    if audit.method in LAGRANGIAN:
+        sigma0 = hyper.noise_multiplier
+        lap0 = hyper.laplace_scale if method.constrained else None
+
+        def spent(f: float) -> float:
+            return epsilon(StepMechanism(q, f * sigma0, None if lap0 is None else f * lap0), audit.steps, audit.delta)
+
+        f = smallest_noise_within(spent, audit.epsilon, 1e6, "the audited run cannot meet the claim")
+        params["noise_multiplier"] = f * sigma0
+        if lap0 is not None:
+            params["laplace_scale"] = f * lap0
+    cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, steps=audit.steps,
+                    checkpoint="last", params=params)
+    return prepare_run(cfg, ds)
+
+
+def _canary_row(data: TrainData, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, y, table row) of the canary: training row ``row`` with its features × CANARY_SCALE and its label flipped."""
+    c = data.n_classes
+    x = data.X[row] * CANARY_SCALE
+    y = (data.y[row] + 1) % c
+    table = data.table[row].clone()
+    table[:c] = torch.nn.functional.one_hot(y, c).to(table.dtype)
+    table[c] = x.square().sum() + 1.0
+    return x, y, table
+
+
+def with_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
+    """``data`` with one more row, last (a Poisson batch of the other rows is then unchanged for a seed)."""
+    return TrainData(torch.cat([data.X, x[None]]), torch.cat([data.y, y[None]]), torch.cat([data.table, table[None]]),
+                     data.n_classes, data.n_parts)
+
+
+def only_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
+    return TrainData(x[None].clone(), y[None].clone(), table[None].clone(), data.n_classes, data.n_parts)
+
+
+def _repeat(settings, seeds: torch.Tensor, **changes):
+    """A K = 1 settings dataclass for every seed in ``seeds`` (tensor fields repeated), with ``changes``."""
+    from raco_bench.packs.lagrangian import take_rows
+
+    many = take_rows(settings, torch.zeros(len(seeds), dtype=torch.long, device=seeds.device))
+    return dataclasses.replace(many, seeds=seeds, **changes)
+
+
+# ---------------------------------------------------------------- the two engine families
+
+
+@dataclass
+class _Family:
+    """What the audit asks of an engine: a release as named blocks (K × m each), the update after it, and
+    each block's noise: ("gauss", std per configuration) or ("laplace", scale per configuration)."""
+
+    release: Callable  # (state, world, settings) -> dict[str, Tensor]
+    apply: Callable  # (state, settings, raw release) -> state
+    noise: dict  # block -> (kind, K-vector)
+    state: object  # the starting state for one configuration
+    settings: object  # the K = 1 settings
+    worlds: dict  # "D", "D'", "canary" -> engine data
+    part_of_canary: int | None = None
+
+
+def _lagrangian_family(run, canary, module=None) -> _Family:
+    from raco_bench.packs import lagrangian
+    from raco_bench.packs.run import LagrangianEngine
+
+    module = module or lagrangian
+    PackData, apply_release, step_release = module.PackData, module.apply_release, module.step_release
+    engine = LagrangianEngine([run])
+    s = engine.settings
+    data = run.ctx.plan.data
+    worlds = {"D": PackData.of(data), "D'": PackData.of(with_row(data, *canary)), "canary": PackData.of(only_row(data, *canary))}
+    rates = engine.rates
+
+    def release(state, world, settings):
+        r = step_release(state, worlds[world], settings, rates)
+        blocks = {"gradient": torch.cat([r.grad_w.flatten(1), r.grad_b], 1)}
+        if r.histogram is not None:
+            blocks["histogram"] = r.histogram.flatten(1).to(torch.float32)
+        return blocks, r
+
+    noise = {"gradient": ("gauss", s.noise_std)}
+    if s.private and s.constrained:
+        noise["histogram"] = ("laplace", s.laplace_scale)
+    state = engine.state
+    state = dataclasses.replace(state, bias=_confident(state.bias, canary[1]))
+    return _Family(release, apply_release, noise, state, s, worlds)
+
+
+def _fermi_family(run, canary, module=None) -> _Family:
+    from raco_bench.packs import fermi
+    from raco_bench.packs.run import FermiEngine
+
+    module = module or fermi
+    apply_fermi_release, fermi_release = module.apply_fermi_release, module.fermi_release
+    engine = FermiEngine([run])
+    s = engine.settings
+    data, ctx_ids, groups = engine.data, engine.ctx_ids, engine.groups
+    row = int(canary[3])
+    x, y, table = canary[:3]
+    ids = {"D": (ctx_ids, groups), "D'": (torch.cat([ctx_ids, ctx_ids[row : row + 1]]), torch.cat([groups, groups[row : row + 1]])),
+           "canary": (ctx_ids[row : row + 1].clone(), groups[row : row + 1].clone())}
+    worlds = {"D": data, "D'": with_row(data, x, y, table), "canary": only_row(data, x, y, table)}
+
+    def release(state, world, settings):
+        r = fermi_release(state, worlds[world], *ids[world], settings)
+        return {"gradient": torch.cat([r.grad_w.flatten(1), r.grad_b], 1), "W": r.grad_W.flatten(1)}, r
+
+    noise = {"gradient": ("gauss", s.noise_theta), "W": ("gauss", s.noise_w)}
+    state = dataclasses.replace(engine.state, bias=_confident(engine.state.bias, y))
+    return _Family(release, apply_fermi_release, noise, state, s, worlds)
+
+
+def _confident(bias: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """A starting bias under which every row (the canary included) is predicted, confidently, as not ``label``."""
+    out = torch.zeros_like(bias)
+    out[..., (int(label) + 1) % bias.shape[-1]] = CONFIDENT_BIAS
+    return out
+
+
+def family(run, canary_row: int = 0, engine=None) -> _Family:
+    """The audit's view of ``run``'s batched engine; ``engine`` replaces the engine module (the tests audit planted bugs)."""
+    data = run.ctx.plan.data
+    canary = _canary_row(data, canary_row)
+    if run.ctx.run.method in LAGRANGIAN:
+        return _lagrangian_family(run, canary, engine)
+    return _fermi_family(run, (*canary, canary_row), engine)
+
+
+# ---------------------------------------------------------------- the statistic
+
+
+def step_log_ratios(observed: dict, canary: dict, noise: dict) -> dict[str, torch.Tensor]:
+    """Per run, the claimed mechanism's log-likelihood ratio of the canary's presence in this step's release: per
+    release block and in total ("joint"), from the release minus the other records' part."""
+    out = {}
+    for name, (kind, scale) in noise.items():
+        g, v = observed[name].double(), canary[name].double()
+        s = scale.double()[:, None]
+        if kind == "gauss":
+            out[name] = ((g * v).sum(1) - 0.5 * v.square().sum(1)) / s[:, 0].square()
+        else:
+            out[name] = ((g.abs() - (g - v).abs()) / s).sum(1)
+    out["joint"] = sum(out.values())
+    return out
+
+
+def mixture(log_ratio: torch.Tensor, q: float) -> torch.Tensor:
+    """log(1 − q + q·e^L): the step's log-likelihood ratio when the canary is in the batch with probability q."""
+    if q >= 1.0:
+        return log_ratio
+    return torch.logaddexp(torch.full_like(log_ratio, math.log1p(-q)), math.log(q) + log_ratio)
+
+
+def statistics(fam: _Family, seeds: torch.Tensor, world: str, steps: int) -> dict[str, np.ndarray]:
+    """The candidate statistics of runs with ``seeds`` in ``world`` ("D" or "D'")."""
+    q = float(fam.settings.sampling_rate[0])
+    K = len(seeds)
+    s = _repeat(fam.settings, seeds)
+    replay = _repeat(fam.settings, seeds, private=False)
+    alone = _repeat(fam.settings, seeds, private=False, sampling_rate=torch.ones_like(s.sampling_rate))
+    noise = {k: (kind, scale.repeat(K) if scale.numel() == 1 else scale) for k, (kind, scale) in fam.noise.items()}
+    from raco_bench.packs.lagrangian import take_rows
+
+    state = take_rows(fam.state, torch.zeros(K, dtype=torch.long))
+    total = {k: torch.zeros(K, dtype=torch.float64) for k in ("joint", *fam.noise)}
+    for _ in range(steps):
+        blocks, raw = fam.release(state, world, s)
+        others, _ = fam.release(state, "D", replay)
+        canary, _ = fam.release(state, "canary", alone)
+        observed = {k: blocks[k] - others[k] for k in blocks}
+        for k, L in step_log_ratios(observed, canary, noise).items():
+            total[k] += mixture(L, q)
+        state = fam.apply(state, s, raw)
+    return {k: v.numpy() for k, v in total.items() if k == "joint" or len(total) > 2}  # one block: its statistic is the joint one
+
+
+# ---------------------------------------------------------------- the audit
+
+
+def _chunk(fam: _Family, runs: int) -> int:
+    """Runs per engine call: about 128 MiB of gathered batch rows."""
+    data = fam.worlds["D"]
+    X = data.X
+    B = float(fam.settings.sampling_rate[0]) * X.shape[0]
+    return max(64, min(runs, int(2**27 / ((B + 8 * math.sqrt(B) + 16) * (X.shape[1] + 8) * 4))))
+
+
+def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | None = None, engine=None) -> AuditResult:
+    """Audit ``audit``'s configuration; ``progress(world, runs done)`` after each engine call; ``engine``: see :func:`family`."""
+    audit.validate()
+    t0 = time.perf_counter()
+    torch.manual_seed(audit.seed)
+    run = calibrated_run(audit)
+    claimed = float(run.ctx.privacy["epsilon_spent"])
+    fam = family(run, engine=engine)
+    chunk = _chunk(fam, audit.runs)
+    stats: dict[str, dict[str, list]] = {"D": {}, "D'": {}}
+    for w, world in enumerate(("D", "D'")):
+        base = audit.seed * 10**9 + w * audit.runs
+        for start in range(0, audit.runs, chunk):
+            seeds = torch.arange(base + start, base + min(audit.runs, start + chunk), dtype=torch.int64)
+            for k, v in statistics(fam, seeds, world, audit.steps).items():
+                stats[world].setdefault(k, []).append(v)
+            if progress:
+                progress(world, min(audit.runs, start + chunk))
+    candidates = {k: (np.concatenate(stats["D"][k]), np.concatenate(stats["D'"][k])) for k in stats["D"]}
+    name, bound = audit_best(candidates, audit.delta, audit.confidence)
+    s = fam.settings
+    batch = s.expected_batch if hasattr(s, "expected_batch") else s.batch
+    details = run.ctx.privacy
+    settings = {"sampling_rate": float(s.sampling_rate[0]), "expected_batch": float(batch[0]), "training_rows": int(fam.worlds["D"].X.shape[0]),
+                **{f"noise_std_{k}": float(v[1][0]) for k, v in fam.noise.items()},
+                **{k: float(details[k]) for k in ("noise_multiplier", "laplace_scale") if k in details}}
+    ideal = ideal_epsilon(fam, audit)
+    point = _point(bound)
+    return AuditResult(audit, bound, claimed, ideal, name, point, settings, time.perf_counter() - t0)
+
+
+def _point(bound: AuditBound) -> float:
+    if bound.false_positive_rate == 0:
+        return math.inf
+    if bound.true_positive_rate == 0:
+        return 0.0
+    return max(0.0, math.log(bound.true_positive_rate / bound.false_positive_rate))
+
+
+def ideal_epsilon(fam: _Family, audit: WhiteBoxAudit) -> AuditBound:
+    """The audit's bound on runs drawn from the accountant's worst case (the same runs, statistic and bound):
+    every Gaussian release sees the canary at exactly its clipping norm, the histogram its whole unit mass in
+    one cell, each step's inclusion Bernoulli(q). What this many runs can show for a mechanism that spends
+    exactly its claim; the audit of the real engine is tight when it comes near."""
+    s = fam.settings
+    q = float(s.sampling_rate[0])
+    gen = np.random.default_rng(audit.seed + 7)
+    mu2 = 0.0
+    clips = {"gradient": float(getattr(s, "clip_norm", getattr(s, "clip_theta", None))[0])}
+    if "W" in fam.noise:
+        clips["W"] = float(s.clip_w[0])
+    lap = None
+    for name, (kind, scale) in fam.noise.items():
+        if kind == "gauss":
+            mu2 += (clips[name] / float(scale[0])) ** 2
+        else:
+            lap = float(scale[0])
+    mu = math.sqrt(mu2)
+    out = {}
+    for world in (0, 1):
+        total = np.zeros(audit.runs)
+        for _ in range(audit.steps):
+            inc = (gen.random(audit.runs) < q) if world else np.zeros(audit.runs, bool)
+            z = gen.standard_normal(audit.runs) + mu * inc
+            L = mu * z - 0.5 * mu2
+            if lap is not None:
+                h = gen.laplace(0.0, lap, audit.runs) + inc
+                L = L + (np.abs(h) - np.abs(h - 1.0)) / lap
+            total += np.logaddexp(math.log1p(-q), math.log(q) + L) if q < 1 else L
+        out[world] = total
+    return audit_best({"joint": (out[0], out[1])}, audit.delta, audit.confidence)[1]
