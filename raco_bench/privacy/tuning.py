@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from raco_bench.privacy.accounting import largest_within
-from raco_bench.privacy.rdp import RdpCurve
+from raco_bench.privacy.rdp import RdpCurve, rdp_to_epsilon
 
 
 def tnb_mean(shape: float, gamma: float) -> float:
@@ -56,10 +56,41 @@ def repeat_and_select(curve: RdpCurve, mean: float, shape: float) -> RdpCurve:
     return RdpCurve(curve.orders, tuple(float(x) for x in out))
 
 
+def _constant_terms(orders: np.ndarray, eps: np.ndarray, gamma: float, shape: float) -> np.ndarray:
+    """(1 + η)·[(1 − 1/λ̂) ε(λ̂) + log(1/γ)/λ̂] at every order λ̂ ≥ 1 (inf elsewhere)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(orders >= 1, (1 + shape) * ((1 - 1 / orders) * eps + math.log(1 / gamma) / orders), np.inf)
+
+
+def release_orders(curve: RdpCurve, mean: float, shape: float, delta: float) -> tuple[int, int, float]:
+    """(i, j, ε): the orders λ = orders[i] and λ̂ = orders[j] whose two RDP values alone give the best end-to-end
+    (ε, δ) of :func:`repeat_and_select`, and that ε. Theorem 2 needs only these two values: every run whose RDP at
+    λ and at λ̂ is at most the curve's is covered by the same ε (:func:`two_order_epsilon`)."""
+    orders, eps = np.array(curve.orders, dtype=np.float64), np.array(curve.values, dtype=np.float64)
+    gamma = tnb_gamma(shape, mean)
+    j = int(np.argmin(_constant_terms(orders, eps, gamma, shape)))
+    best = (math.inf, 0)
+    for i in range(len(orders)):
+        if orders[i] > 1:
+            value = two_order_epsilon(curve.orders, i, j, float(eps[i]), float(eps[j]), mean, shape, delta)
+            best = min(best, (value, i))
+    return best[1], j, best[0]
+
+
+def two_order_epsilon(orders: tuple[float, ...], i: int, j: int, eps_i: float, eps_j: float, mean: float, shape: float, delta: float) -> float:
+    """End-to-end (ε, δ) of the best of K ~ TNB(``shape``, ``mean``) runs, each (λ, ε_i)-RDP at λ = orders[i] and
+    (λ̂, ε_j)-RDP at λ̂ = orders[j] (Theorem 2 for that pair), converted at λ or at any lower order (RDP grows with the order)."""
+    o = np.array(orders, dtype=np.float64)
+    gamma = tnb_gamma(shape, mean)
+    released = eps_i + _constant_terms(o[j : j + 1], np.array([eps_j]), gamma, shape)[0] + math.log(mean) / (o[i] - 1)
+    lower = o[(o > 1) & (o <= o[i])]
+    return rdp_to_epsilon(tuple(lower), np.full(len(lower), released), delta)
+
+
 def end_to_end_epsilon(mech, steps: int, delta: float, mean: float, shape: float, selection=None) -> float:
     """ε of the model released by accounted random search: K ~ TNB(``shape``, ``mean``) runs of ``steps`` steps of
     ``mech`` (each with its private selection, if any), the best one released."""
-    from raco_bench.privacy.rdp import RdpCurve
+    from raco_bench.privacy.rdp import RdpCurve, rdp_to_epsilon
 
     return repeat_and_select(RdpCurve.of_run(mech, steps, selection), mean, shape).epsilon(delta)
 

@@ -74,6 +74,40 @@ def _selections(uri: str, exp_id: str, df: pd.DataFrame) -> list[dict]:
     return []
 
 
+RELEASED_CONFIG = -1  # accounted tuning: the pseudo-configuration "the model the private search released"
+
+
+def accounted_view(uri: str, exp_id: str, df: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """An accounted-tuning sweep as the report draws it: every run the searches trained stays phase 1 (the faint
+    markers); each repetition's released model is added as a phase-2 row of configuration RELEASED_CONFIG at its γ,
+    so that a point is the mean over repetitions of what a user of the private search gets."""
+    from raco_bench.sweeps.runner import RELEASED_ARTIFACT
+
+    c = tracking.client(uri)
+    sweep_id = df["sweep_id"].iloc[0]
+    query = f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '1' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'"
+    released = []
+    for p in tracking.search_all(uri, [exp_id], query):
+        try:
+            released = json.loads(Path(c.download_artifacts(p.info.run_id, RELEASED_ARTIFACT)).read_text())
+            break
+        except Exception:  # noqa: BLE001 - an interrupted sweep has released nothing yet
+            continue
+    by_key = df.set_index("trial_key")
+    rows, selections = [], []
+    for rel in released:
+        selections.append({"method": rel["method"], "epsilon": rel["epsilon"], "gamma": rel["gamma"],
+                           "config_id": RELEASED_CONFIG if rel["trial_key"] else None, "feasible_configs": "0"})
+        if rel["trial_key"] and rel["trial_key"] in by_key.index:
+            row = by_key.loc[rel["trial_key"]].to_dict()
+            rows.append({**row, "trial_key": rel["trial_key"], "phase": 2, "config_id": RELEASED_CONFIG, "gamma": rel["gamma"], "seed": rel["repeat"]})
+    unique = {(s["method"], s["epsilon"], s["gamma"]): s for s in selections if s["config_id"] is not None}
+    for s in selections:
+        if s["config_id"] is None and (s["method"], s["epsilon"], s["gamma"]) not in unique:
+            unique[(s["method"], s["epsilon"], s["gamma"])] = s
+    return (pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True) if rows else df), list(unique.values())
+
+
 def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
     rows = []
     phase2 = df[df["phase"] == 2]
@@ -107,6 +141,11 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     exp_id = experiment_id(uri, experiment)
     dataset, constraint = df["dataset"].iloc[0], df["constraint"].iloc[0]
 
+    accounted = bool((df["tuning"] == "accounted").any())
+    if accounted:  # the released models of the private searches become the figure's points
+        df, selections_ = accounted_view(uri, exp_id, df)
+    else:
+        selections_ = _selections(uri, exp_id, df)
     runs_csv = out / "runs.csv"
     df.to_csv(runs_csv, index=False)
     report.files.append(runs_csv)
@@ -124,7 +163,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                                                 f"{dataset}: test error vs worst-group loss (bounded group loss)", xscale="log")
     progress.advance("trade-off figures")
 
-    selections = _selections(uri, exp_id, df)
+    selections = selections_  # set above
     for sel in selections:
         if sel.get("config_id") is None:
             eps = "∞ (non-private)" if sel["epsilon"] is None else sel["epsilon"]

@@ -73,8 +73,14 @@ def privacy_caption(df: pd.DataFrame) -> str:
     delta = ", ".join(f"{d:g}" for d in deltas) or "n/a"
     checkpoints = sorted({c for c in df.get("checkpoint", pd.Series(dtype=str)).dropna() if c}) or ["unknown"]
     outside = sorted({o for cell in df.get("outside_budget", pd.Series(dtype=str)).dropna() for o in str(cell).split(" | ") if o and o != "none"})
-    lines = [f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} (every method). "
-             "Hyperparameter tuning is not privacy-accounted."]
+    accounted = df[df.get("tuning", pd.Series("not-accounted", index=df.index)) == "accounted"]
+    if len(accounted):
+        ends = sorted({round(float(e), 3) for e in accounted["epsilon_end_to_end"].dropna()})
+        tuning = (f"Hyperparameter tuning IS privacy-accounted: each point is the model released by a private {accounted['tuning_note'].iloc[0]}; "
+                  f"ε is the released model's end-to-end ε, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}).")
+    else:
+        tuning = "Hyperparameter tuning is not privacy-accounted."
+    lines = [f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} (every method). " + tuning]
     lines += [f"OUTSIDE THE BUDGET: {o}" for o in outside]
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ COLUMNS = [
     "trial_key", "run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma", "config_id", "seed", "delta",
     "privacy_notion", "checkpoint", "preprocessing", "outside_budget", "style", "epsilon_spent", "steps", "ms_per_step",
     "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr", "test_worst_group_loss",
-    "val_accuracy", "val_max_constraint", "train_max_constraint", "params",
+    "val_accuracy", "val_max_constraint", "train_max_constraint", "params", "tuning", "tuning_note", "repeat", "epsilon_end_to_end",
 ]
 
 
@@ -52,6 +52,7 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
     for col in COLUMNS:
         if col not in table:
             table[col] = math.nan
+    table["tuning"] = table["tuning"].fillna("not-accounted")
     table["epsilon"] = table["epsilon"].astype(object).where(table["epsilon"].notna(), None)
     table["gamma"] = table["gamma"].astype(object).where(table["gamma"].notna(), None)
     table["phase"] = table["phase"].astype(int)

@@ -31,6 +31,13 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--checkpoint", choices=["last", "private", "paper"],
                    help="the reported model of every method: last (default, the private last iterate), private (noisy validation "
                         "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
+    p.add_argument("--tuning", choices=["not-accounted", "accounted"],
+                   help="not-accounted (default): the papers' two-phase protocol, tuning outside the budget (stated on every figure); "
+                        "accounted: private random search with K ~ truncated negative binomial, selection on noisy validation scores, "
+                        "the released model's end-to-end epsilon is the budget (raco-dp, dp-sgd and non-private methods)")
+    p.add_argument("--tuning-mean", type=float, help=f"accounted: mean number of configurations E[K] per search (default: {b.tuning_mean:g})")
+    p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
+    p.add_argument("--tuning-repeats", type=int, help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
@@ -51,5 +58,10 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "methods": tuple(args.methods) if args.methods else None, "n_configs": args.n_configs, "phase1_seeds": args.phase1_seeds,
         "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
         "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
+        "tuning": args.tuning, "tuning_mean": args.tuning_mean, "tuning_shape": args.tuning_shape, "tuning_repeats": args.tuning_repeats,
     }
+    if args.tuning == "accounted" and args.checkpoint is None:
+        overrides["checkpoint"] = "private"  # the search selects on the noisy validation scores each run releases
+        if not args.experiment:
+            overrides["experiment"] = spec.experiment + "-accounted"
     return replace(spec, **{k: v for k, v in overrides.items() if v is not None}), args

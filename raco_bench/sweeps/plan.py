@@ -25,7 +25,7 @@ def trial_key(trial: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> dict:
+def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> dict:
     t = {
         "sweep_id": spec.sweep_id, "experiment": spec.experiment, "phase": phase, "dataset": spec.dataset,
         "constraint": spec.constraint, "method": method, "epsilon": epsilon, "gamma": gamma, "delta": spec.delta,
@@ -51,7 +51,7 @@ def phase1_trials(spec: SweepSpec, n_train: int) -> list[dict]:
         for epsilon, gamma in _grid(spec, method):
             for config_id, params in enumerate(configs):
                 for seed in range(spec.phase1_seeds):
-                    trials.append(_trial(spec, 1, method, epsilon, gamma, config_id, params, seed))
+                    trials.append(make_trial(spec, 1, method, epsilon, gamma, config_id, params, seed))
     return trials
 
 
@@ -115,7 +115,7 @@ def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
             continue
         seen.add(key)
         for k in range(spec.phase2_seeds):
-            trials.append(_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k))
+            trials.append(make_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k))
     return trials
 
 

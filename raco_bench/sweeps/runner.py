@@ -131,7 +131,9 @@ def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
                     "epsilon": value("epsilon", None), "gamma": value("gamma", None), "config_id": int(row["config_id"]), "seed": int(row["seed"]),
                     "params": json.loads(row["params"]), "run_id": row["run_id"], "val_accuracy": value("val_accuracy"),
                     "val_max_constraint": value("val_max_constraint", math.inf), "test_accuracy": value("test_accuracy"),
-                    "test_max_constraint": value("test_max_constraint"), "epsilon_spent": value("epsilon_spent")})
+                    "test_max_constraint": value("test_max_constraint"), "epsilon_spent": value("epsilon_spent"),
+                    "noisy_val_accuracy": value("noisy_val_accuracy"), "noisy_val_max_constraint": value("noisy_val_max_constraint", math.inf),
+                    "repeat": None if value("repeat", None) is None else int(row["repeat"]), "epsilon_end_to_end": value("epsilon_end_to_end", None)})
     return out
 
 
@@ -207,6 +209,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
 
+    if spec.tuning == "accounted":
+        return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0)
     trials1 = phase1_trials(spec, len(ds.train))
     confirm(spec, trials1, args, ray.cluster_resources().get("CPU", 1.0))
     cal = calibrate(spec, trials1, len(ds.train))
@@ -234,6 +238,67 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
                                                 "trials_per_minute": 60 * n_trials / elapsed})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
+
+
+def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float) -> dict:
+    """``--tuning accounted``: every repetition's private random search in one phase, then the releases
+    (:mod:`raco_bench.sweeps.accounted`); there is no phase 2, the released runs are the result."""
+    import ray
+
+    from raco_bench.sweeps.accounted import accounted_trials, select_released
+    from raco_bench.sweeps.plan import make_trial
+
+    trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed))
+    for (method, eps), ref in refs.items():
+        if ref is not None:
+            print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}); "
+                  f"the reference run (defaults) takes T={ref.steps}; the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
+                  f"(delta {spec.delta:g}), tuning included", flush=True)
+    confirm(spec, trials, args, ray.cluster_resources().get("CPU", 1.0))
+    run_phase(spec, 1, trials, args, uri, experiment_id, storage)
+    results = phase_results(uri, experiment_id, spec, 1)
+    releases = select_released(spec, results)
+    text, rows = summarize_released(spec, releases, results)
+    elapsed = time.perf_counter() - t0
+    text += f"\n{len(trials)} configurations in {elapsed:.0f}s"
+    print(text, flush=True)
+    parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
+    released = [asdict(r) for r in releases]
+    tracking.retry(lambda: tracking.client(uri).log_text(parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT))
+    tracking.retry(lambda: tracking.client(uri).log_text(parent, text, "summary.txt"))
+    ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
+    finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials), "completed": len(results), "released": sum(r.trial_key is not None for r in releases),
+                                                "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {})})
+    return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
+
+
+RELEASED_ARTIFACT = "released_models.json"  # accounted tuning: what each repetition released, on the phase-1 parent
+
+
+def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[str, list[dict]]:
+    """Per (method, ε, γ): the released models of the R repetitions, their test metrics and the end-to-end ε."""
+    by_key = {r["trial_key"]: r for r in results}
+    groups: dict[tuple, list] = {}
+    for rel in releases:
+        groups.setdefault((rel.method, rel.epsilon, rel.gamma), []).append(rel)
+    mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
+    sd = lambda xs: (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan  # noqa: E731
+    rows = []
+    for (method, eps, gamma), rels in groups.items():
+        chosen = [by_key[r.trial_key] for r in rels if r.trial_key is not None]
+        acc = [c["test_accuracy"] for c in chosen]
+        con = [c["test_max_constraint"] for c in chosen]
+        rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon": eps, "gamma": gamma, "repeats": len(rels),
+                     "released": len(chosen), "mean_K": mean([r.runs for r in rels]), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
+                     "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
+    lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
+             f"K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}), {spec.tuning_repeats} repetitions):",
+             f"{'method':9s} {'e2e eps':>8s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} {'test constraint':>15s} {'meets gamma':>11s}"]
+    for r in rows:
+        e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
+        lines.append(f"{r['method']:9s} {e2e:>8s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
+                     f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
+    return "\n".join(lines), rows
 
 
 def main(base: SweepSpec, argv: list[str] | None = None) -> int:

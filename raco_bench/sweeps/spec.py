@@ -31,6 +31,10 @@ class SweepSpec:
     checkpoint: str = "last"  # one rule for every method: last | private (charged) | paper (outside the budget, labelled everywhere)
     selection_noise: float = 50.0  # checkpoint=private: Laplace scale per validation count
     selection_checkpoints: int = 5  # checkpoint=private: competing checkpoints per run
+    tuning: str = "not-accounted"  # not-accounted: the two-phase protocol | accounted: private random search (docs/sweeps.md)
+    tuning_mean: float = 10.0  # accounted: E[K], the mean number of configurations per search
+    tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
+    tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
 
     @property
     def selection(self):
@@ -63,11 +67,29 @@ class SweepSpec:
         if self.checkpoint not in CHECKPOINT_RULES:
             raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
         self.selection  # validates the private selection's settings
+        from raco_bench.sweeps.accounted import TUNING_MODES
+
+        if self.tuning not in TUNING_MODES:
+            raise ValueError(f"invalid tuning={self.tuning!r}: choose one of {TUNING_MODES}")
+        if self.tuning == "accounted":
+            if self.checkpoint != "private":
+                raise ValueError(f"accounted tuning selects on noisy validation scores that each run releases inside its budget: "
+                                 f"use --checkpoint private (the default with --tuning accounted), not {self.checkpoint!r}")
+            if not (self.tuning_mean > 1 and math.isfinite(self.tuning_mean)):
+                raise ValueError(f"invalid tuning mean {self.tuning_mean!r}: E[K] must be a finite number > 1")
+            if not (self.tuning_shape >= 0 and math.isfinite(self.tuning_shape)):
+                raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a finite number >= 0")
+            if self.tuning_repeats < 1:
+                raise ValueError(f"tuning_repeats must be >= 1, got {self.tuning_repeats}")
 
     @property
     def sweep_id(self) -> str:
         """Deterministic id: the same spec always maps to the same MLflow parents and Tune experiments."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = asdict(self)
+        if self.tuning == "not-accounted":  # sweeps from before accounted tuning keep their ids (and can be resumed)
+            for k in ("tuning", "tuning_mean", "tuning_shape", "tuning_repeats"):
+                fields.pop(k)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
     def demo(self) -> "SweepSpec":
         """The README's main job: enough configurations (trained as packs) for RaCO-DP to meet γ and reach phase 2,

@@ -120,6 +120,11 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     p = result.privacy
     metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"],
                    reported_step=float(reported.get("step", result.steps)))
+    noisy = reported.get("noisy_validation")
+    if noisy:  # checkpoint=private: the selected checkpoint's released noisy validation scores (what accounted tuning selects on)
+        metrics.update(noisy_val_accuracy=float(noisy["noisy_val_accuracy"]), noisy_val_max_constraint=float(noisy["noisy_val_max_constraint"]))
+    if trial.get("epsilon_end_to_end") is not None:
+        metrics["epsilon_end_to_end"] = float(trial["epsilon_end_to_end"])
     if p.get("epsilon_separate_composition_reference") is not None:
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
     params = {**run_params(result.config, p["private"]), **result.hyperparameters}
@@ -141,6 +146,11 @@ def table_row(trial: dict, run_id: str, metrics: dict[str, float] | None = None,
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint")}
+    row["tuning"] = trial.get("tuning", "not-accounted")
+    if row["tuning"] == "accounted":
+        row.update(repeat=trial["repeat"], tuning_runs=trial["tuning_runs"], tuning_note=trial.get("tuning_note", ""))
+        if trial.get("epsilon_end_to_end") is not None:
+            row["epsilon_end_to_end"] = trial["epsilon_end_to_end"]
     row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),
                skipped=trial.get("skip", ""), run_id=run_id)
     row.update(tags or {})

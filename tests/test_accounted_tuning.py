@@ -1,0 +1,147 @@
+"""Accounted tuning (raco_bench/sweeps/accounted.py): K's distribution, the two orders Theorem 2 needs, and the claim
+that matters: the model each private search releases spends at most the stated end-to-end ε, recomputed here from
+every run the search trains. Planted bugs in the plan turn that check red. A real sweep end to end (slow)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mutants import first_catch, load_mutant
+from raco_bench.methods import get_method
+from raco_bench.privacy.accounting import StepMechanism
+from raco_bench.privacy.rdp import ORDERS, RdpCurve
+from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_mean, two_order_epsilon
+from raco_bench.sweeps import accounted
+from raco_bench.sweeps.plan import make_trial
+from raco_bench.sweeps.spec import SweepSpec
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+N_TRAIN = 28_829
+
+
+@pytest.mark.parametrize("shape,mean", [(1.0, 10.0), (0.0, 5.0), (2.0, 3.0)])
+def test_the_number_of_runs_follows_its_distribution(shape, mean):
+    rng = np.random.default_rng(0)
+    draws = np.array([accounted.sample_tnb(shape, mean, rng) for _ in range(20_000)])
+    assert draws.min() >= 1
+    assert draws.mean() == pytest.approx(mean, rel=0.04)
+    from raco_bench.privacy.tuning import tnb_gamma
+
+    assert tnb_mean(shape, tnb_gamma(shape, mean)) == pytest.approx(mean, rel=1e-6)
+
+
+def test_two_orders_carry_the_whole_bound():
+    curve = RdpCurve.of_run(StepMechanism(1024 / N_TRAIN, 4.0, 2.0), 300)
+    for mean, shape in ((10.0, 1.0), (4.0, 0.0), (3.0, 2.0)):
+        i, j, eps = release_orders(curve, mean, shape, 1e-5)
+        assert eps == pytest.approx(repeat_and_select(curve, mean, shape).epsilon(1e-5), rel=1e-9)
+        # a run below the curve at those two orders only is covered; one above at either is not
+        assert two_order_epsilon(curve.orders, i, j, curve.values[i] * 0.9, curve.values[j], mean, shape, 1e-5) < eps
+        assert two_order_epsilon(curve.orders, i, j, curve.values[i], curve.values[j] * 1.1, mean, shape, 1e-5) > eps
+
+
+SPEC = SweepSpec(dataset="adult", epsilons=(1.0, 3.0), gammas=(0.05,), methods=("raco-dp", "dp-sgd"), tuning="accounted",
+                 checkpoint="private", tuning_repeats=3, max_steps=5000)
+
+
+def _plan(module, spec=SPEC):
+    return module.accounted_trials(spec, N_TRAIN, lambda m, e, g, c, p, s: make_trial(spec, 1, m, e, g, c, p, s))
+
+
+def check_every_release_within_its_claim(module, spec=SPEC) -> None:
+    """From each trained run's own RDP curve (T steps and its selection's releases), the end-to-end ε of each search's
+    release, through Theorem 2 at the plan's two orders, must not exceed the ε the plan states, nor the target."""
+    trials, refs = _plan(module, spec)
+    assert trials, "the plan has no runs"
+    for (method, eps), ref in refs.items():
+        runs = [t for t in trials if t["method"] == method and t["epsilon"] == eps and not t.get("skip")]
+        assert runs and all(t["epsilon_end_to_end"] == ref.epsilon_end_to_end for t in runs)
+        i, j = ref.orders
+        plugin = get_method(method)
+        worst = np.max([RdpCurve.of_run(plugin.step_mechanism(plugin.hyperparameters(t["params"]), N_TRAIN), t["steps"], spec.selection).values
+                        for t in runs], axis=0)
+        e2e = two_order_epsilon(ORDERS, i, j, float(worst[i]), float(worst[j]), spec.tuning_mean, spec.tuning_shape, spec.delta)
+        assert e2e <= ref.epsilon_end_to_end + 1e-9, f"{method} at {eps}: the runs spend {e2e:.4f} > the stated {ref.epsilon_end_to_end:.4f}"
+        assert ref.epsilon_end_to_end <= eps, f"{method}: the stated end-to-end {ref.epsilon_end_to_end:.4f} exceeds the target {eps}"
+        assert max(t["steps"] for t in runs) > ref.steps  # the runs are not all held to the reference's T
+
+
+def test_every_release_spends_at_most_its_stated_end_to_end_epsilon():
+    check_every_release_within_its_claim(accounted)
+    trials, _ = _plan(accounted)
+    assert {t["checkpoint"] for t in trials} == {"private"}  # each run releases its noisy validation scores inside its budget
+    assert len({t["trial_key"] for t in trials}) == len(trials)
+
+
+PLAN_BUGS = {
+    "selection releases left out of a run's curve": [("    sel = selection.count * laplace_rdp(selection.laplace_scale, orders) if selection is not None else np.zeros(len(orders))",
+                                                      "    sel = np.zeros(len(orders))")],
+    "only the order lambda checked": [("    room = np.array([ref.curve.values[k] for k in ref.orders]) - sel",
+                                       "    room = np.array([ref.curve.values[ref.orders[0]]] * 2) - sel")],
+    "reference calibrated for fewer runs than drawn": [("    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape",
+                                                        "    T = tuned_max_steps(mech, epsilon, spec.delta, 1.5, spec.tuning_shape")],
+    "reference without tuning": [("    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape, spec.selection, cap=spec.max_steps)",
+                                  "    from raco_bench.privacy.accounting import max_steps as _ms\n"
+                                  "    T = _ms(mech, epsilon, spec.delta, spec.max_steps, spec.selection)")],
+}
+
+
+@pytest.mark.parametrize("bug", list(PLAN_BUGS))
+def test_a_planted_bug_in_the_plan_is_caught(bug):
+    source = (ROOT / "raco_bench/sweeps/accounted.py").read_text()
+    module = load_mutant(source, PLAN_BUGS[bug], bug, "accounted_mutant_", "raco_bench/sweeps/accounted.py")
+    caught = first_catch(module, [check_every_release_within_its_claim])
+    assert caught, f"planted bug not caught: {bug}"
+
+
+def test_bad_accounted_sweeps_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="--checkpoint private"):
+        SweepSpec(dataset="adult", tuning="accounted", checkpoint="last")
+    with pytest.raises(ValueError, match="E\\[K\\]"):
+        SweepSpec(dataset="adult", tuning="accounted", checkpoint="private", tuning_mean=1.0)
+    spec = SweepSpec(dataset="adult", methods=("dp-fermi",), tuning="accounted", checkpoint="private")
+    with pytest.raises(ValueError, match="--tuning not-accounted"):
+        _plan(accounted, spec)
+
+
+def test_the_default_protocol_keeps_its_sweep_ids():
+    """Adding accounted tuning must not change the id (and so the resumability) of a not-accounted sweep."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    spec = SweepSpec(dataset="adult")
+    old = {k: v for k, v in asdict(spec).items() if not k.startswith("tuning")}
+    assert spec.sweep_id == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12]
+    assert SweepSpec(dataset="adult", tuning="accounted", checkpoint="private").sweep_id != SweepSpec(dataset="adult", checkpoint="private").sweep_id
+
+
+@pytest.mark.slow
+def test_an_accounted_sweep_releases_models_and_its_report_says_so(tmp_path):
+    """A real sweep (local Ray, SQLite MLflow): each repetition releases one run, every run states the end-to-end ε, and the
+    report draws the released models with a caption that says tuning is accounted."""
+    import pandas as pd
+
+    from raco_bench.report.build import build_report
+
+    args = ["--methods", "raco-dp", "sgda", "--epsilons", "1", "--gammas", "0.1", "--tuning", "accounted", "--tuning-mean", "3",
+            "--tuning-repeats", "2", "--max-steps", "300", "--yes"]
+    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / "adult.py"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Released models of accounted tuning" in proc.stdout and "tuning included" in proc.stdout
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = build_report("adult-demographic-parity-accounted", uri, tmp_path / "report", log_to_mlflow=False)
+    runs = pd.read_csv(tmp_path / "report" / "runs.csv")
+    assert set(runs["tuning"]) == {"accounted"}
+    private = runs[runs["method"] == "raco-dp"]
+    assert (private["epsilon_end_to_end"] <= 1.0).all() and (private["checkpoint"] == "private").all()
+    released = runs[runs["phase"] == 2]
+    assert len(released[released["method"] == "raco-dp"]) <= 2 and (released["config_id"] == -1).all()
+    index = (tmp_path / "report" / "index.md").read_text()
+    assert "Hyperparameter tuning IS privacy-accounted" in index and "not privacy-accounted" not in index
+    assert any(p.name == "pareto.png" for p in report.files)
