@@ -223,7 +223,7 @@ def _audit_whitebox(args: argparse.Namespace, uri: str | None) -> list[dict]:
     params = tuple(_parse_sets(args.set).items())
     audit = WhiteBoxAudit(method=args.method, dataset=args.dataset, epsilon=args.epsilon, delta=args.delta, steps=args.steps, runs=args.runs,
                           rows=None if args.rows == 0 else args.rows, sampling_rate=args.sampling_rate, confidence=args.confidence,
-                          params=params, seed=args.seed)
+                          params=params, seed=args.seed, device=args.device)
     audit.validate()
     torch.set_num_threads(args.threads)
     result = run_whitebox(audit, progress=lambda world, done: print(f"  world {world}: {done}/{audit.runs} runs", file=sys.stderr, flush=True))
@@ -323,6 +323,7 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     w.add_argument("--confidence", type=float, default=d.confidence, help="confidence of the lower bound (default: %(default)s)")
     w.add_argument("--seed", type=int, default=d.seed, help="seed of the audit's runs (default: %(default)s)")
     w.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    w.add_argument("--device", default="cpu", help="torch device of the audited runs, e.g. cuda (default: %(default)s)")
     w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable (see `raco-bench train --help`)")
     _audit_common(w)
 

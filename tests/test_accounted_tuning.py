@@ -99,6 +99,27 @@ def test_a_planted_bug_in_the_plan_is_caught(bug):
     assert caught, f"planted bug not caught: {bug}"
 
 
+def test_a_private_search_selects_on_its_released_noisy_scores_only():
+    """Where the exact validation (or test) ranking disagrees with the noisy one, a private method's release follows the noisy
+    scores, which the runs released inside their budgets; a non-private method, which spends nothing, uses its exact scores."""
+    spec = SweepSpec(dataset="adult", epsilons=(1.0,), gammas=(0.1,), methods=("raco-dp", "sgda"), tuning="accounted", checkpoint="private",
+                     tuning_repeats=1)
+
+    def run(method, eps, cid, noisy_acc, noisy_con, acc, test_acc):
+        return {"trial_key": f"{method}{cid}", "method": method, "epsilon": eps, "gamma": 0.1, "repeat": 0, "config_id": cid,
+                "noisy_val_accuracy": noisy_acc, "noisy_val_max_constraint": noisy_con, "val_accuracy": acc, "val_max_constraint": 0.05,
+                "test_accuracy": test_acc, "epsilon_end_to_end": 0.99 if eps else None}
+
+    results = [run("raco-dp", 1.0, 0, 0.80, 0.05, 0.85, 0.85), run("raco-dp", 1.0, 1, 0.82, 0.05, 0.70, 0.70),
+               run("raco-dp", 1.0, 2, 0.90, 0.20, 0.90, 0.90),  # best noisy accuracy, but its noisy constraint misses γ
+               run("sgda", None, 0, 0.90, 0.05, 0.75, 0.75), run("sgda", None, 1, 0.10, 0.05, 0.80, 0.80)]
+    released = {r.method: r for r in accounted.select_released(spec, results)}
+    assert released["raco-dp"].trial_key == "raco-dp1" and released["raco-dp"].epsilon_end_to_end == 0.99
+    assert released["sgda"].trial_key == "sgda1"
+    none = accounted.select_released(spec, [run("raco-dp", 1.0, 0, 0.8, 0.3, 0.8, 0.8)])
+    assert [r.trial_key for r in none if r.method == "raco-dp"] == [None]
+
+
 def test_bad_accounted_sweeps_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="--checkpoint private"):
         SweepSpec(dataset="adult", tuning="accounted", checkpoint="last")
@@ -142,6 +163,19 @@ def test_an_accounted_sweep_releases_models_and_its_report_says_so(tmp_path):
     assert (private["epsilon_end_to_end"] <= 1.0).all() and (private["checkpoint"] == "private").all()
     released = runs[runs["phase"] == 2]
     assert len(released[released["method"] == "raco-dp"]) <= 2 and (released["config_id"] == -1).all()
+    # the runs trained for the T the plan gave them: their own RDP, from the logged T, fits the stated end-to-end ε
+    import json
+
+    spec = SweepSpec(dataset="adult", epsilons=(1.0,), gammas=(0.1,), methods=("raco-dp", "sgda"), tuning="accounted", checkpoint="private",
+                     tuning_mean=3.0, tuning_repeats=2, max_steps=300)
+    ref = accounted.reference(spec, "raco-dp", 1.0, N_TRAIN)
+    plugin = get_method("raco-dp")
+    trained = private[private["phase"] == 1]
+    values = np.max([RdpCurve.of_run(plugin.step_mechanism(plugin.hyperparameters(json.loads(p)), N_TRAIN), int(t), spec.selection).values
+                     for p, t in zip(trained["params"], trained["steps"])], axis=0)
+    i, j = ref.orders
+    e2e = two_order_epsilon(ORDERS, i, j, float(values[i]), float(values[j]), spec.tuning_mean, spec.tuning_shape, spec.delta)
+    assert e2e <= float(trained["epsilon_end_to_end"].max()) + 1e-9 <= 1.0 + 1e-9
     index = (tmp_path / "report" / "index.md").read_text()
     assert "Hyperparameter tuning IS privacy-accounted" in index and "not privacy-accounted" not in index
     assert any(p.name == "pareto.png" for p in report.files)

@@ -45,6 +45,53 @@ def test_a_planted_overconfident_bound_is_caught_by_the_same_check():
     assert over > 15
 
 
+def _reference_p_value(m, r, v, eps, delta):
+    """Theorem 5.2's p-value written out term by term (no vectorisation), to pin the implementation."""
+    from math import comb, exp
+
+    p = exp(eps) / (1 + exp(eps))
+    pmf = [comb(r, k) * p**k * (1 - p) ** (r - k) for k in range(r + 1)]
+    tail = sum(pmf[v:])
+    if delta == 0 or v == 0:
+        return min(1.0, tail)
+    alpha = max(sum(pmf[v - i : v]) / i for i in range(1, v + 1))
+    return min(1.0, tail + 2 * m * delta * alpha)
+
+
+GRID = [(m, r, v, eps, delta) for m in (100, 1000) for r in (20, 60) for v in (r // 2, 3 * r // 4, r) for eps in (0.5, 2.0)
+        for delta in (0.0, 1e-5, 1e-3)]
+
+
+def check_p_value_matches_the_theorem(module) -> None:
+    for m, r, v, eps, delta in GRID:
+        got, want = module.p_value(m, r, v, eps, delta), _reference_p_value(m, r, v, eps, delta)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-15), f"p_value{(m, r, v, eps, delta)} = {got}, the theorem gives {want}"
+
+
+def test_the_p_value_is_the_theorem():
+    from raco_bench.audit import one_run
+
+    check_p_value_matches_the_theorem(one_run)
+
+
+P_VALUE_BUGS = {
+    "m delta instead of 2 m delta": [("    return min(1.0, tail + 2.0 * m * delta * alpha)", "    return min(1.0, tail + m * delta * alpha)")],
+    "window sum not divided by i": [("    alpha = float((np.cumsum(below) / np.arange(1, v + 1)).max())", "    alpha = float(np.cumsum(below).max())")],
+    "tail from v + 1": [("    tail = float(stats.binom.sf(v - 1, r, p))", "    tail = float(stats.binom.sf(v, r, p))")],
+}
+
+
+@pytest.mark.parametrize("bug", list(P_VALUE_BUGS))
+def test_a_planted_bug_in_the_p_value_is_caught(bug):
+    import pathlib
+
+    from mutants import first_catch, load_mutant
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "raco_bench/audit/one_run.py"
+    module = load_mutant(path.read_text(), P_VALUE_BUGS[bug], bug, "one_run_mutant_", "raco_bench/audit/one_run.py")
+    assert first_catch(module, [check_p_value_matches_the_theorem]), f"planted bug not caught: {bug}"
+
+
 def test_epsilon_lower_inverts_the_p_value():
     eps = epsilon_lower(1000, 200, 150, 1e-5, 0.05)
     assert p_value(1000, 200, 150, eps * 0.999, 1e-5) < 0.05 <= p_value(1000, 200, 150, eps * 1.01, 1e-5)
@@ -59,6 +106,8 @@ def test_one_run_audits_a_real_run_and_has_power_when_privacy_is_weak():
     assert weak.bound.epsilon_lower <= weak.claimed_epsilon
 
 
-def test_a_non_private_method_is_refused():
+def test_a_non_private_method_or_a_non_record_claim_is_refused():
     with pytest.raises(ValueError, match="not private"):
         OneRunAudit(method="sgda").validate()
+    with pytest.raises(ValueError, match="not record-level"):
+        run_one_run(OneRunAudit(method="pf-ld", canaries=50))

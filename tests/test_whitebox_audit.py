@@ -77,6 +77,33 @@ def test_a_broken_raco_dp_engine_is_caught(bug):
     assert r.bound.epsilon_lower > r.claimed_epsilon, f"{bug}: {r.summary()}"
 
 
+LAST_ROW_ALWAYS = [("        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)",
+                    "        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)\n"
+                    "        has_last = ((rows == data.n - 1) & valid).any(1, keepdim=True)\n"
+                    "        rows = torch.cat([rows, torch.full_like(rows[:, :1], data.n - 1)], 1)\n"
+                    "        valid = torch.cat([valid, ~has_last], 1)")]
+
+
+def test_a_sampler_that_always_takes_the_last_row_is_caught_at_the_configuration_q():
+    """A subsampling bug: the last row (the canary, in D′) is in every batch, while the accountant assumes q. The audit runs
+    at the configuration's own q (subsampled), so the mixture statistic and the replay of the other rows are exercised."""
+    module = _mutant("raco_bench/packs/lagrangian.py", LAST_ROW_ALWAYS, "last row always sampled")
+    try:
+        r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=20_000, rows=1024), engine=module)
+    finally:
+        import sys
+
+        sys.modules.pop(module.__name__, None)
+    assert r.settings["sampling_rate"] < 0.05
+    assert r.bound.epsilon_lower > r.claimed_epsilon, r.summary()
+
+
+def test_audits_refuse_claims_that_are_not_record_level():
+    """Adding a whole record does not test sensitive-attribute DP: such a claim is refused, not audited."""
+    with pytest.raises(ValueError, match="not record-level"):
+        run_whitebox(WhiteBoxAudit(method="dp-fermi", runs=100, **FAST, params=(("privacy", "sensitive-attribute"),)))
+
+
 def test_dp_fermi_without_noise_on_w_is_caught():
     module = _mutant("raco_bench/packs/fermi.py", [("        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)", "        pass")],
                      "W noiseless")

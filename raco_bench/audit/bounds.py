@@ -31,6 +31,15 @@ class AuditBound:
     runs_per_world: int
 
 
+def require_record_level(privacy: dict, method: str) -> None:
+    """An audit that adds or removes whole records bounds record-level DP only: refuse any other claim (a lower bound
+    on a notion the run does not claim would raise false alarms)."""
+    notion = str(privacy.get("notion", ""))
+    if not notion.startswith("record-level"):
+        raise ValueError(f"{method} claims {notion!r}, not record-level DP: an audit that adds a whole record does not test that claim "
+                         "(use the record-level mode of the method, e.g. --set privacy=full for DP-FERMI)")
+
+
 def clopper_pearson(k, n, alpha: float):
     """Two-sided (1 − alpha) Clopper–Pearson interval of a binomial proportion k/n (scalars or arrays)."""
     k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
+from raco_bench.audit.bounds import require_record_level
+
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # k / m for the "in" and for the "out" guesses
 
 
@@ -183,6 +185,7 @@ def run_one_run(audit: OneRunAudit) -> OneRunResult:
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, seed=audit.seed,
                     steps=audit.steps, checkpoint="last", params=dict(audit.params))
     run = prepare_run(cfg, ds)
+    require_record_level(run.ctx.privacy, audit.method)
     result = execute(run)
     params = {k: torch.as_tensor(v, device=run.ctx.device) for k, v in result.reported_params.items()}
     logits, _ = run.method.eval_outputs(run.ctx, params, run.evals["test"])

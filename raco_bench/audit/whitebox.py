@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from raco_bench.audit.bounds import AuditBound, audit_best
+from raco_bench.audit.bounds import AuditBound, audit_best, require_record_level
 from raco_bench.training.step import TrainData
 
 LAGRANGIAN = ("raco-dp", "dp-sgd")
@@ -62,6 +62,7 @@ class WhiteBoxAudit:
     confidence: float = 0.95
     params: tuple = ()  # hyperparameter overrides, as (key, value) pairs
     seed: int = 0
+    device: str = "cpu"
 
     def validate(self) -> None:
         if self.method not in AUDITABLE:
@@ -158,7 +159,7 @@ def calibrated_run(audit: WhiteBoxAudit):
         if lap0 is not None:
             params["laplace_scale"] = f * lap0
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, steps=audit.steps,
-                    checkpoint="last", params=params)
+                    checkpoint="last", device=audit.device, params=params)
     return prepare_run(cfg, ds)
 
 
@@ -310,8 +311,9 @@ def statistics(fam: _Family, seeds: torch.Tensor, world: str, steps: int) -> dic
     noise = {k: (kind, scale.repeat(K) if scale.numel() == 1 else scale) for k, (kind, scale) in fam.noise.items()}
     from raco_bench.packs.lagrangian import take_rows
 
-    state = take_rows(fam.state, torch.zeros(K, dtype=torch.long))
-    total = {k: torch.zeros(K, dtype=torch.float64) for k in ("joint", *fam.noise)}
+    dev = seeds.device
+    state = take_rows(fam.state, torch.zeros(K, dtype=torch.long, device=dev))
+    total = {k: torch.zeros(K, dtype=torch.float64, device=dev) for k in ("joint", *fam.noise)}
     for _ in range(steps):
         blocks, raw = fam.release(state, world, s)
         others, _ = fam.release(state, "D", replay)
@@ -320,18 +322,18 @@ def statistics(fam: _Family, seeds: torch.Tensor, world: str, steps: int) -> dic
         for k, L in step_log_ratios(observed, canary, noise).items():
             total[k] += mixture(L, q)
         state = fam.apply(state, s, raw)
-    return {k: v.numpy() for k, v in total.items() if k == "joint" or len(total) > 2}  # one block: its statistic is the joint one
+    return {k: v.cpu().numpy() for k, v in total.items() if k == "joint" or len(total) > 2}  # one block: its statistic is the joint one
 
 
 # ---------------------------------------------------------------- the audit
 
 
 def _chunk(fam: _Family, runs: int) -> int:
-    """Runs per engine call: about 128 MiB of gathered batch rows."""
-    data = fam.worlds["D"]
-    X = data.X
+    """Runs per engine call: about 128 MiB of gathered batch rows on a CPU, 4 GiB on a GPU."""
+    X = fam.worlds["D"].X
     B = float(fam.settings.sampling_rate[0]) * X.shape[0]
-    return max(64, min(runs, int(2**27 / ((B + 8 * math.sqrt(B) + 16) * (X.shape[1] + 8) * 4))))
+    budget = 2**32 if X.device.type == "cuda" else 2**27
+    return max(64, min(runs, int(budget / ((B + 8 * math.sqrt(B) + 16) * (X.shape[1] + 8) * 4))))
 
 
 def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | None = None, engine=None) -> AuditResult:
@@ -340,6 +342,7 @@ def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | No
     t0 = time.perf_counter()
     torch.manual_seed(audit.seed)
     run = calibrated_run(audit)
+    require_record_level(run.ctx.privacy, audit.method)
     claimed = float(run.ctx.privacy["epsilon_spent"])
     fam = family(run, engine=engine)
     chunk = _chunk(fam, audit.runs)
@@ -347,7 +350,7 @@ def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | No
     for w, world in enumerate(("D", "D'")):
         base = audit.seed * 10**9 + w * audit.runs
         for start in range(0, audit.runs, chunk):
-            seeds = torch.arange(base + start, base + min(audit.runs, start + chunk), dtype=torch.int64)
+            seeds = torch.arange(base + start, base + min(audit.runs, start + chunk), dtype=torch.int64, device=run.ctx.device)
             for k, v in statistics(fam, seeds, world, audit.steps).items():
                 stats[world].setdefault(k, []).append(v)
             if progress:

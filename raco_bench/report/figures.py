@@ -76,8 +76,10 @@ def privacy_caption(df: pd.DataFrame) -> str:
     accounted = df[df.get("tuning", pd.Series("not-accounted", index=df.index)) == "accounted"]
     if len(accounted):
         ends = sorted({round(float(e), 3) for e in accounted["epsilon_end_to_end"].dropna()})
-        tuning = (f"Hyperparameter tuning IS privacy-accounted: each point is the model released by a private {accounted['tuning_note'].iloc[0]}; "
-                  f"ε is the released model's end-to-end ε, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}).")
+        tuning = (f"Hyperparameter tuning IS privacy-accounted: each private method's point is the model released by a private "
+                  f"{accounted['tuning_note'].iloc[0]} (non-private methods are searched the same way, spending nothing); ε is that model's "
+                  f"end-to-end ε, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: the figure "
+                  "shows several repetitions and budgets, which together spend more.")
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
     lines = [f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} (every method). " + tuning]

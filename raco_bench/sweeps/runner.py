@@ -170,8 +170,9 @@ CONFIGS_PER_CPU_MINUTE = 60.0  # a rough planning rate with packs on a CPU (`rac
 def confirm(spec: SweepSpec, trials: list[dict], args, cpus: float) -> None:
     """State the size of phase 1 and a rough time; ask before a large sweep when a person is at a terminal."""
     minutes = len(trials) / (CONFIGS_PER_CPU_MINUTE * max(cpus, 1.0))
+    after = "then each search's release (no phase 2)" if spec.tuning == "accounted" else "then phase 2"
     print(f"[sweep] phase 1 has {len(trials)} configurations ({len(spec.methods)} methods); at a rough {CONFIGS_PER_CPU_MINUTE:g} per CPU-minute "
-          f"on {cpus:g} CPUs that is about {minutes:.0f} min, then phase 2", flush=True)
+          f"on {cpus:g} CPUs that is about {minutes:.0f} min, {after}", flush=True)
     if len(trials) > LARGE_SWEEP and not args.yes and sys.stdin.isatty():
         if input("[sweep] start it? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ValueError("sweep not started; shrink it with --n-configs / --epsilons / --gammas, or pass --yes")

@@ -121,6 +121,8 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"],
                    reported_step=float(reported.get("step", result.steps)))
     noisy = reported.get("noisy_validation")
+    if not noisy and result.selection_releases:  # no checkpoint met the constraints: the last iterate, released at step T too
+        noisy = next((e for e in result.selection_releases if e["step"] == reported.get("step", result.steps)), None)
     if noisy:  # checkpoint=private: the selected checkpoint's released noisy validation scores (what accounted tuning selects on)
         metrics.update(noisy_val_accuracy=float(noisy["noisy_val_accuracy"]), noisy_val_max_constraint=float(noisy["noisy_val_max_constraint"]))
     if trial.get("epsilon_end_to_end") is not None:
