@@ -308,40 +308,36 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     a.add_argument("--delta", type=float, default=1e-5, help="delta (default: %(default)s)")
     _audit_common(a)
 
+    from raco_bench.audit.one_run import OneRunAudit
     from raco_bench.audit.whitebox import AUDITABLE, WhiteBoxAudit
+    from raco_bench.methods import METHOD_NAMES
 
-    d = WhiteBoxAudit()
     w = audit.add_parser("whitebox", help="many one-step (or few-step) runs with and without a canary, observing every release (docs/audit.md)")
-    w.add_argument("--method", default=d.method, choices=list(AUDITABLE), help="method (default: %(default)s)")
-    w.add_argument("--dataset", default=d.dataset, help="dataset (default: %(default)s)")
-    w.add_argument("--epsilon", type=float, default=d.epsilon, help="claimed epsilon of each audited run; its noise is calibrated to it (default: %(default)s)")
-    w.add_argument("--delta", type=float, default=d.delta, help="delta (default: %(default)s)")
+    d = _audit_run_args(w, WhiteBoxAudit(), list(AUDITABLE), "claimed epsilon of each audited run; its noise is calibrated to it")
     w.add_argument("--steps", type=int, default=d.steps, help="steps T of each audited run (default: %(default)s)")
     w.add_argument("--runs", type=int, default=d.runs, help="runs per world (default: %(default)s)")
     w.add_argument("--rows", type=int, default=d.rows, help="training rows of D, 0 = all; q is kept (default: %(default)s)")
     w.add_argument("--sampling-rate", type=float, default=None, help="q of the audited runs (default: the configuration's batch_size / n_train)")
-    w.add_argument("--confidence", type=float, default=d.confidence, help="confidence of the lower bound (default: %(default)s)")
-    w.add_argument("--seed", type=int, default=d.seed, help="seed of the audit's runs (default: %(default)s)")
-    w.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     w.add_argument("--device", default="cpu", help="torch device of the audited runs, e.g. cuda (default: %(default)s)")
-    w.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable (see `raco-bench train --help`)")
-    _audit_common(w)
 
-    from raco_bench.audit.one_run import OneRunAudit
-    from raco_bench.methods import METHOD_NAMES
-
-    o, d1 = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)"), OneRunAudit()
-    o.add_argument("--method", default=d1.method, choices=list(METHOD_NAMES), help="a private method (default: %(default)s)")
-    o.add_argument("--dataset", default=d1.dataset, help="dataset (default: %(default)s)")
-    o.add_argument("--epsilon", type=float, default=d1.epsilon, help="claimed epsilon of the run (default: %(default)s)")
-    o.add_argument("--delta", type=float, default=d1.delta, help="delta (default: %(default)s)")
-    o.add_argument("--canaries", type=int, default=d1.canaries, help="canaries m, held-out rows with flipped labels (default: %(default)s)")
+    o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)")
+    d1 = _audit_run_args(o, OneRunAudit(), list(METHOD_NAMES), "claimed epsilon of the run")
+    o.add_argument("--canaries", type=int, default=d1.canaries, help="canaries m: one new feature column each (default: %(default)s)")
     o.add_argument("--steps", type=int, default=None, help="steps T of the run (default: the most the budget allows, as in training)")
-    o.add_argument("--confidence", type=float, default=d1.confidence, help="confidence of the lower bound (default: %(default)s)")
-    o.add_argument("--seed", type=int, default=d1.seed, help="seed of the run and of the canaries' inclusion (default: %(default)s)")
-    o.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
-    o.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable")
-    _audit_common(o)
+
+
+def _audit_run_args(a: argparse.ArgumentParser, d, methods: list[str], epsilon_help: str):
+    """The options the white-box and one-run audits share; returns the defaults ``d``."""
+    a.add_argument("--method", default=d.method, choices=methods, help="a private method with a record-level claim (default: %(default)s)")
+    a.add_argument("--dataset", default=d.dataset, help="dataset (default: %(default)s)")
+    a.add_argument("--epsilon", type=float, default=d.epsilon, help=f"{epsilon_help} (default: %(default)s)")
+    a.add_argument("--delta", type=float, default=d.delta, help="delta (default: %(default)s)")
+    a.add_argument("--confidence", type=float, default=d.confidence, help="confidence of the lower bound (default: %(default)s)")
+    a.add_argument("--seed", type=int, default=d.seed, help="seed of the audit's runs (default: %(default)s)")
+    a.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    a.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="method hyperparameter override, repeatable (see `raco-bench train --help`)")
+    _audit_common(a)
+    return d
 
 
 def _audit_common(a: argparse.ArgumentParser) -> None:

@@ -31,6 +31,11 @@ class AuditBound:
     runs_per_world: int
 
 
+def check_confidence(confidence: float) -> None:
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"invalid confidence={confidence!r}: must be in [0.5, 1)")
+
+
 def require_record_level(privacy: dict, method: str) -> None:
     """An audit that adds or removes whole records bounds record-level DP only: refuse any other claim (a lower bound
     on a notion the run does not claim would raise false alarms)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from raco_bench.audit.bounds import require_record_level
+from raco_bench.audit.bounds import check_confidence, require_record_level
 
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # k / m for the "in" and for the "out" guesses
 
@@ -111,8 +111,7 @@ class OneRunAudit:
             raise ValueError(f"method {self.method!r} is not private: there is no claimed epsilon to audit")
         if not isinstance(self.canaries, int) or self.canaries < 20:
             raise ValueError(f"invalid canaries={self.canaries!r}: use at least 20 (a few thousand for a useful bound)")
-        if not 0.5 <= self.confidence < 1:
-            raise ValueError(f"invalid confidence={self.confidence!r}: must be in [0.5, 1)")
+        check_confidence(self.confidence)
 
 
 @dataclass(frozen=True)

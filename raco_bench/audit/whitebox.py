@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from raco_bench.audit.bounds import AuditBound, audit_best, require_record_level
+from raco_bench.audit.bounds import AuditBound, audit_best, check_confidence, require_record_level
 from raco_bench.training.step import TrainData
 
 LAGRANGIAN = ("raco-dp", "dp-sgd")
@@ -78,8 +78,7 @@ class WhiteBoxAudit:
             raise ValueError(f"invalid rows={self.rows!r}: keep at least 16 training rows (or none: all)")
         if self.sampling_rate is not None and not 0 < self.sampling_rate <= 1:
             raise ValueError(f"invalid sampling_rate={self.sampling_rate!r}: must be in (0, 1]")
-        if not 0.5 <= self.confidence < 1:
-            raise ValueError(f"invalid confidence={self.confidence!r}: must be in [0.5, 1)")
+        check_confidence(self.confidence)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from raco_bench.report.tables import markdown_table
 
 
 def audit_label(row) -> str:
-    variant = f", {row['variant']}" if row["variant"] and row["variant"] != "white-box" else ""
+    variant = f", {row['variant']}" if row["variant"] and row["variant"] not in ("white-box", "one run") else ""
     return f"{row['method']} ({row['audit']}{variant}, {row['dataset']})"
 
 
