@@ -358,7 +358,8 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing", "audit"], help="which benchmark (each has its own --help)")
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing", "audit"],
+                   help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
 

@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from mutants import first_catch, load_mutant
+
 from raco_bench.methods import get_method
 from raco_bench.privacy.accounting import StepMechanism
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
@@ -79,8 +79,9 @@ def test_every_release_spends_at_most_its_stated_end_to_end_epsilon():
 
 
 PLAN_BUGS = {
-    "selection releases left out of a run's curve": [("    sel = selection.count * laplace_rdp(selection.laplace_scale, orders) if selection is not None else np.zeros(len(orders))",
-                                                      "    sel = np.zeros(len(orders))")],
+    "selection releases left out of a run's curve": [
+        ("    sel = selection.count * laplace_rdp(selection.laplace_scale, orders) if selection is not None else np.zeros(len(orders))",
+         "    sel = np.zeros(len(orders))")],
     "only the order lambda checked": [("    room = np.array([ref.curve.values[k] for k in ref.orders]) - sel",
                                        "    room = np.array([ref.curve.values[ref.orders[0]]] * 2) - sel")],
     "reference calibrated for fewer runs than drawn": [("    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape",

@@ -38,7 +38,7 @@ def test_a_planted_overconfident_bound_is_caught_by_the_same_check():
     rng = np.random.default_rng(0)
     over = 0
     for _ in range(200):
-        included = rng.random(2000) < 0.5
+        rng.random(2000)  # the inclusion draws, as above (this count does not need them)
         right = rng.random(2000) < special.expit(1.0)
         v = int(right.sum())
         over += epsilon_lower(2000, 2000, v, 0.0, 0.5) > 1.0

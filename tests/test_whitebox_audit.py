@@ -9,8 +9,8 @@ import pathlib
 import numpy as np
 import pytest
 import torch
-
 from mutants import load_mutant
+
 from raco_bench.audit.bounds import audit_best
 from raco_bench.audit.whitebox import WhiteBoxAudit, run_whitebox
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-
 MAX_THRESHOLDS = 4000  # candidate thresholds a selection half tries
 MIN_FIRES = 30  # a candidate test must fire at least this often in D′ on the selection half
 

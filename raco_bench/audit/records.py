@@ -41,7 +41,8 @@ def load_audits(uri: str, experiment: str = AUDIT_EXPERIMENT) -> pd.DataFrame | 
     rows = []
     for r in runs:
         p, m = r.data.params, r.data.metrics
-        rows.append({"audit": r.data.tags.get("audit.kind", ""), "variant": p.get("variant", ""), "method": p.get("method", ""), "dataset": p.get("dataset", ""),
+        rows.append({"audit": r.data.tags.get("audit.kind", ""), "variant": p.get("variant", ""), "method": p.get("method", ""),
+                     "dataset": p.get("dataset", ""),
                      "epsilon_claimed": m.get("epsilon_claimed"), "epsilon_audited": m.get("epsilon_audited"),
                      "epsilon_audited_point": m.get("epsilon_audited_point"), "epsilon_ideal_at_runs": m.get("epsilon_ideal_at_runs"),
                      "confidence": float(p.get("confidence", "nan")), "runs_per_world": int(float(p.get("runs", "0"))),

@@ -90,7 +90,7 @@ def two_order_epsilon(orders: tuple[float, ...], i: int, j: int, eps_i: float, e
 def end_to_end_epsilon(mech, steps: int, delta: float, mean: float, shape: float, selection=None) -> float:
     """ε of the model released by accounted random search: K ~ TNB(``shape``, ``mean``) runs of ``steps`` steps of
     ``mech`` (each with its private selection, if any), the best one released."""
-    from raco_bench.privacy.rdp import RdpCurve, rdp_to_epsilon
+    from raco_bench.privacy.rdp import RdpCurve
 
     return repeat_and_select(RdpCurve.of_run(mech, steps, selection), mean, shape).epsilon(delta)
 

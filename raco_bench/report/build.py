@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.audit.records import AUDIT_EXPERIMENT, load_audits
 from raco_bench.benchmarks.throughput import load as load_throughput
 from raco_bench.progress import Progress
 from raco_bench.report import figures
-from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
-from raco_bench.audit.records import AUDIT_EXPERIMENT, load_audits
 from raco_bench.report.audits import write_audits
+from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
 
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")

@@ -37,7 +37,8 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
                         "the released model's end-to-end epsilon is the budget (raco-dp, dp-sgd and non-private methods)")
     p.add_argument("--tuning-mean", type=float, help=f"accounted: mean number of configurations E[K] per search (default: {b.tuning_mean:g})")
     p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
-    p.add_argument("--tuning-repeats", type=int, help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
+    p.add_argument("--tuning-repeats", type=int,
+                   help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")

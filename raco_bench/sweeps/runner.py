@@ -294,7 +294,8 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
                      "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
     lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
              f"K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}), {spec.tuning_repeats} repetitions):",
-             f"{'method':9s} {'e2e eps':>8s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} {'test constraint':>15s} {'meets gamma':>11s}"]
+             f"{'method':9s} {'e2e eps':>8s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
+             f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
         lines.append(f"{r['method']:9s} {e2e:>8s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
