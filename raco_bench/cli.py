@@ -210,6 +210,7 @@ def _audit_preprocessing(args: argparse.Namespace, uri: str | None) -> list[dict
             note = (f"one record with {attack.column}={attack.value:g} added; statistic: the released model's weight on it; "
                     f"preprocessing={mode}" + (" (OUTSIDE the budget)" if mode == "paper" else " (public domains, no budget)"))
             log_audit(uri, "preprocessing", params, {"epsilon_claimed": result.claimed_epsilon, "epsilon_audited": result.bound.epsilon_lower,
+                                                     "epsilon_audited_upper": result.bound.epsilon_upper,
                                                      "true_positive_rate": row["tpr"], "false_positive_rate": row["fpr"]}, note)
     return results
 

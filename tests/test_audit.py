@@ -34,3 +34,11 @@ def test_preprocessing_attack_breaks_paper_scaling_and_not_public_scaling():
     assert paper.claimed_epsilon <= 1.0 and public.claimed_epsilon <= 1.0
     assert paper.bound.epsilon_lower > 1.5 * paper.claimed_epsilon, paper.summary()  # the attack has power
     assert public.bound.epsilon_lower <= public.claimed_epsilon, public.summary()
+
+
+def test_the_interval_brackets_the_point_estimate():
+    rng = np.random.default_rng(3)
+    b = audit_epsilon(rng.normal(size=20_000), rng.normal(0.5, size=20_000), 1e-5)
+    point = np.log(b.true_positive_rate / b.false_positive_rate)
+    assert 0 < b.epsilon_lower <= point <= b.epsilon_upper < np.inf
+    assert b.interval == (b.epsilon_lower, b.epsilon_upper)

@@ -28,6 +28,12 @@ class AuditBound:
     true_positive_rate: float  # on the counted half, world D′
     false_positive_rate: float  # on the counted half, world D
     runs_per_world: int
+    epsilon_upper: float = float("inf")  # the interval's other end: ln((TPR_high − δ) / FPR_low) of the chosen test
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """[ε̂, upper end]: where the chosen test's log-ratio lies at the stated confidence; ε̂ is the DP lower bound."""
+        return self.epsilon_lower, self.epsilon_upper
 
 
 def check_confidence(confidence: float) -> None:
@@ -123,4 +129,15 @@ def audit_best(candidates: dict[str, tuple[np.ndarray, np.ndarray]], delta: floa
     pos = int((b2 > thr).sum() if direction == "above" else (b2 < thr).sum())
     neg = int((a2 > thr).sum() if direction == "above" else (a2 < thr).sum())
     eps = epsilon_lower_bound(pos, len(b2), neg, len(a2), delta, confidence)
-    return name, AuditBound(eps, confidence, thr, direction, pos / len(b2), neg / len(a2), runs)
+    return name, AuditBound(eps, confidence, thr, direction, pos / len(b2), neg / len(a2), runs,
+                            _upper(pos, len(b2), neg, len(a2), delta, confidence))
+
+
+def _upper(k_pos: int, n_pos: int, k_neg: int, n_neg: int, delta: float, confidence: float) -> float:
+    """ln((TPR_high − δ) / FPR_low): the upper end of the chosen test's log-ratio at the stated confidence (inf when FPR_low = 0)."""
+    alpha = 1 - confidence
+    _, tpr_hi = clopper_pearson(k_pos, n_pos, alpha / 2)
+    fpr_lo, _ = clopper_pearson(k_neg, n_neg, alpha / 2)
+    if fpr_lo <= 0:
+        return float("inf")
+    return max(0.0, float(np.log(max(tpr_hi - delta, 1e-300) / fpr_lo)))

@@ -9,7 +9,8 @@ from raco_bench import tracking
 
 AUDIT_EXPERIMENT = "raco-bench-audit"
 AUDIT_KIND = "audit"
-COLUMNS = ["audit", "variant", "method", "dataset", "epsilon_claimed", "epsilon_audited", "epsilon_audited_point", "epsilon_ideal_at_runs",
+COLUMNS = ["audit", "variant", "method", "dataset", "epsilon_claimed", "epsilon_audited", "epsilon_audited_point", "epsilon_audited_upper",
+           "epsilon_ideal_at_runs",
            "confidence", "runs_per_world", "steps", "sampling_rate", "note"]
 
 
@@ -44,7 +45,8 @@ def load_audits(uri: str, experiment: str = AUDIT_EXPERIMENT) -> pd.DataFrame | 
         rows.append({"audit": r.data.tags.get("audit.kind", ""), "variant": p.get("variant", ""), "method": p.get("method", ""),
                      "dataset": p.get("dataset", ""),
                      "epsilon_claimed": m.get("epsilon_claimed"), "epsilon_audited": m.get("epsilon_audited"),
-                     "epsilon_audited_point": m.get("epsilon_audited_point"), "epsilon_ideal_at_runs": m.get("epsilon_ideal_at_runs"),
+                     "epsilon_audited_point": m.get("epsilon_audited_point"), "epsilon_audited_upper": m.get("epsilon_audited_upper"),
+                     "epsilon_ideal_at_runs": m.get("epsilon_ideal_at_runs"),
                      "confidence": float(p.get("confidence", "nan")), "runs_per_world": int(float(p.get("runs", "0"))),
                      "steps": p.get("steps", ""), "sampling_rate": p.get("sampling_rate", ""), "note": r.data.tags.get("audit.note", ""),
                      "start": r.info.start_time})

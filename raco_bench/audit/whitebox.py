@@ -96,6 +96,7 @@ class AuditResult:
         b = self.bound
         return (f"{self.audit.method} on {self.audit.dataset}, {self.audit.steps} step(s), q = {self.settings['sampling_rate']:.4g}, "
                 f"{b.runs_per_world} runs per world: audited epsilon >= {b.epsilon_lower:.3f} at {b.confidence:.0%} confidence "
+                f"(interval [{b.epsilon_lower:.3f}, {b.epsilon_upper:.3f}]) "
                 f"(statistic {self.statistic}; TPR {b.true_positive_rate:.4f}, FPR {b.false_positive_rate:.4f} on the counted half) "
                 f"against a claimed epsilon of {self.claimed_epsilon:.3f}; with this many runs an exact implementation of the claim "
                 f"reaches {self.ideal.epsilon_lower:.3f} ({self.seconds:.0f} s)")
@@ -117,6 +118,7 @@ class AuditResult:
     def metrics(self) -> dict[str, float]:
         b = self.bound
         return {"epsilon_claimed": self.claimed_epsilon, "epsilon_audited": b.epsilon_lower, "epsilon_audited_point": self.point_epsilon,
+                "epsilon_audited_upper": b.epsilon_upper,
                 "epsilon_ideal_at_runs": self.ideal.epsilon_lower, "true_positive_rate": b.true_positive_rate,
                 "false_positive_rate": b.false_positive_rate, "audit_seconds": self.seconds}
 

@@ -26,7 +26,8 @@ def write_audits(df: pd.DataFrame, out: Path, stem: str = "audit") -> list[Path]
         "audit": [audit_label(r) for _, r in df.iterrows()],
         "claimed ε": df["epsilon_claimed"].map("{:.3f}".format),
         "audited ε̂ (lower bound)": [f"{e:.3f} ({c:.0%})" for e, c in zip(df["epsilon_audited"], df["confidence"])],
-        "point estimate": df["epsilon_audited_point"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+        "point estimate [interval]": [("" if pd.isna(p) else f"{p:.3f} ") + ("" if pd.isna(u) else f"[{lo:.3f}, {u:.3f}]")
+                                      for p, lo, u in zip(df["epsilon_audited_point"], df["epsilon_audited"], df["epsilon_audited_upper"])],
         "exact claim, same runs": df["epsilon_ideal_at_runs"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
         "runs per world": df["runs_per_world"], "steps": df["steps"], "q": df["sampling_rate"],
     })
