@@ -135,3 +135,43 @@ def test_fnr_report_from_a_real_heart_sweep(tmp_path):
     assert {"fnr.png", "fnr.pdf", "pareto.png"} <= names
     assert _is_png(tmp_path / "report" / "fnr.png") and _is_pdf(tmp_path / "report" / "fnr.pdf")
     assert list(itertools.islice((tmp_path / "report").glob("*.png"), 1))
+
+
+def test_a_collapsed_point_does_not_squeeze_the_others():
+    """Issue "the papers' study": one configuration at error 0.45 ± 0.28 among points near 0.18 is drawn at the top of a
+    readable axis and marked with its value, instead of stretching the axis to 0.73."""
+    import pandas as pd
+
+    from raco_bench.report.figures import readable_limits, tradeoff_figure
+
+    centres = np.array([0.17, 0.18, 0.19, 0.18, 0.20, 0.45])
+    low, high, cap = readable_limits(centres, np.array([0.01, 0.01, 0.01, 0.01, 0.01, 0.28]), keep=centres[:3])
+    assert high < 0.45 and low < 0.17 and np.isfinite(cap)
+    assert readable_limits(centres[:5], np.full(5, 0.01))[2] == np.inf  # nothing far out: nothing capped
+    rows = [{"method": m, "epsilon": 1.0, "gamma": 0.05, "config_id": i, "phase": 2, "test_violation": 0.02 * i, "test_violation_sd": 0.01,
+             "test_error": e, "test_error_sd": s} for i, (m, e, s) in enumerate([("raco-dp", 0.18, 0.01), ("raco-dp", 0.17, 0.01),
+                                                                                 ("dp-fermi", 0.19, 0.01), ("dp-fermi", 0.45, 0.28)])]
+    agg = pd.DataFrame(rows)
+    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi"], "privacy_notion": ["record-level add/remove DP"] * 2, "delta": [1e-5] * 2,
+                       "checkpoint": ["last"] * 2, "outside_budget": ["none"] * 2, "style": ["#0072B2,o", "#D55E00,s"]})
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)  # keep the figure to read its axes
+    try:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tradeoff_figure(agg, df, pathlib_path(tmp), "pareto", "test_violation", "test_error", "violation", "error", "title")
+    finally:
+        plt.close = original
+    ax = captured["fig"].axes[0]
+    top = ax.get_ylim()[1]
+    assert top < 0.45, top
+    assert any(t.get_text() == "0.45" for t in ax.texts)  # the clipped point is marked with its value
+    plt.close(captured["fig"])
+
+
+def pathlib_path(p):
+    return Path(p)

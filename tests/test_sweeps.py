@@ -85,6 +85,21 @@ def test_selection_and_phase2():
     assert not {t["seed"] for t in trials2} & {t["seed"] for t in trials}
 
 
+def test_a_configuration_that_collapses_on_a_seed_cannot_win():
+    """Config 1 has the best mean validation accuracy and meets γ on average, but one of its seeds collapsed below the
+    constant predictor (a collapsed model meets parity trivially): the user of it would get that seed at random."""
+    trials = [t for t in phase1_trials(SPEC, 28829) if t["method"] == "dp-fermi" and t["epsilon"] == 1.0]
+    results = []
+    for t in trials:
+        acc = {0: 0.80, 1: 0.95 if t["seed"] == 0 else 0.70, 2: 0.81}[t["config_id"]]  # config 1: 0.825 on average
+        results.append({**t, "val_accuracy": acc, "val_max_constraint": 0.01})
+    chosen = {s.gamma: s for s in select(SPEC, results, baseline_accuracy=0.76) if s.method == "dp-fermi" and s.epsilon == 1.0}
+    assert all(s.config_id == 2 and s.n_failed == 1 for s in chosen.values())
+    assert {s.config_id for s in select(SPEC, results) if s.method == "dp-fermi" and s.epsilon == 1.0} == {1}  # without the rule
+    diverged = [{**r, "val_accuracy": float("nan")} if r["config_id"] == 2 and r["seed"] == 1 else r for r in results]
+    assert {s.config_id for s in select(SPEC, diverged, baseline_accuracy=0.76) if s.method == "dp-fermi" and s.epsilon == 1.0} == {0}
+
+
 @pytest.mark.parametrize("bad", [dict(gammas=(-1.0,)), dict(gammas=(float("nan"),)), dict(epsilons=(float("inf"),)), dict(epsilons=(0.0,))])
 def test_bad_grids_are_refused_before_anything_runs(bad):
     with pytest.raises(ValueError, match="gammas|epsilons"):

@@ -7,6 +7,7 @@ figure states the privacy notion and δ. Figures are written as PDF and PNG.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -87,6 +88,46 @@ def privacy_caption(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def caption(fig, text: str, y: float) -> None:
+    """The privacy caption under a figure, wrapped to the figure's width (a one-line caption wider than the figure
+    would widen the saved image with blank margins)."""
+    width = max(60, int(fig.get_figwidth() * 19))  # about 19 characters per inch at 7 pt
+    lines = [textwrap.fill(line, width) for line in text.split("\n")]
+    fig.text(0.5, y, "\n".join(lines), ha="center", va="top", fontsize=7)
+
+
+def readable_limits(centres: np.ndarray, spreads: np.ndarray, keep: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(low, high, cap) for a y-axis: everything shown, unless a few points lie far above the rest (a configuration
+    that collapsed on some seeds, say); then the top is capped at Q3 + 3·IQR of the centres (never below the points in
+    ``keep``, the non-dominated ones) and the points above it are drawn at the cap and marked (:func:`mark_clipped`).
+    "Far" is the smaller of Q3 + 3·IQR and the median + 8 robust standard deviations (1.4826·MAD, at least 0.05)."""
+    c = np.asarray(centres, dtype=float)
+    s = np.nan_to_num(np.asarray(spreads, dtype=float), nan=0.0)
+    ok = np.isfinite(c)
+    if not ok.any():
+        return 0.0, 1.0, math.inf
+    c, s = c[ok], s[ok]
+    q1, med, q3 = np.percentile(c, [25, 50, 75])
+    mad = 1.4826 * float(np.median(np.abs(c - med)))  # robust spread: a few collapsed points move neither it nor the median
+    cap = min(q3 + 3.0 * max(q3 - q1, 0.01), med + max(8.0 * mad, 0.05))
+    if keep is not None and np.isfinite(keep).any():
+        cap = max(cap, float(np.nanmax(keep)))
+    top = float(min(np.max(c + s), cap)) if np.max(c + s) > cap else float(np.max(c + s))
+    bottom = float(np.min(c - s))
+    pad = 0.05 * max(top - bottom, 0.01)
+    return bottom - pad, top + pad, cap if np.max(c) > cap or np.max(c + s) > cap else math.inf
+
+
+def mark_clipped(ax, xs, ys, cap: float, color: str, label_values: bool, top: float) -> None:
+    """Points whose centre is above ``cap``: a ▲ at the top of the axis with their value (phase-2 points) or alone (phase 1)."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    over = np.isfinite(ys) & (ys > cap)
+    for x, y in zip(xs[over], ys[over]):
+        ax.scatter([x], [top], marker="^", s=30 if label_values else 10, color=color, alpha=0.9 if label_values else 0.3, clip_on=False, zorder=5)
+        if label_values:
+            ax.annotate(f"{y:.2f}", (x, top), textcoords="offset points", xytext=(0, -9), ha="center", fontsize=6, color=color)
+
+
 def save(fig, out: Path, stem: str) -> list[Path]:
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
     fig.savefig(paths[0], bbox_inches="tight")
@@ -122,6 +163,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     fig, axes = _panels(private_eps)
+    drawn = []  # (ax, x, y, sd, colour, phase, on the frontier): the y-limits are set once every panel is drawn
     for ax, eps in zip(axes, private_eps):
         panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
         for method, rows in panel.groupby("method"):
@@ -139,6 +181,11 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
             front = frontier(pts)
             if len(front):
                 ax.plot(best[x].to_numpy()[front], best[y].to_numpy()[front], "-", color=color, lw=1.5)
+            on_front = np.zeros(len(best), bool)
+            on_front[front] = True
+            sd = best.get(y + "_sd", pd.Series(0.0, index=best.index)).to_numpy()
+            drawn.append((ax, best[x].to_numpy(), best[y].to_numpy(), sd, color, 2, on_front))
+            drawn.append((ax, p1[x].to_numpy(), p1[y].to_numpy(), np.zeros(len(p1)), color, 1, np.zeros(len(p1), bool)))
         if references is not None and not references.empty:
             ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
             for (method, source), rows in ref.groupby(["method", "source"]):
@@ -150,11 +197,47 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
         ax.set_xscale(xscale)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(ylabel)
+    clipped = _set_readable_ylim(axes, drawn)
     handles, labels = _legend_entries(axes)
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, -0.12), fontsize=8, frameon=False)
+    key_handles, key_labels = _marker_key(df, clipped)
+    fig.legend(handles + key_handles, labels + key_labels, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.text(0.5, -0.2, privacy_caption(df), ha="center", va="top", fontsize=7)
+    caption(fig, privacy_caption(df), -0.06 - 0.045 * math.ceil((len(labels) + len(key_labels)) / 3))
     return save(fig, out, stem)
+
+
+def _marker_key(df: pd.DataFrame, clipped: bool) -> tuple[list, list]:
+    """Legend entries that explain the markers: faint phase-1 configurations, the reported points, clipped points."""
+    from matplotlib.lines import Line2D
+
+    accounted = bool((df.get("tuning", pd.Series(dtype=str)) == "accounted").any())
+    reported = ("released models: mean ± sd over the search's repetitions; line: non-dominated" if accounted
+                else "selected configurations: mean ± sd over fresh phase-2 seeds; line: non-dominated")
+    handles = [Line2D([], [], marker="o", color="0.4", alpha=0.3, linestyle="", markersize=4),
+               Line2D([], [], marker="o", color="0.2", linestyle="-", markersize=5)]
+    labels = ["faint: every phase-1 configuration (mean over its seeds)", reported]
+    if clipped:
+        handles.append(Line2D([], [], marker="^", color="0.2", linestyle="", markersize=5))
+        labels.append("▲ at the top: off the axis (reported points: their value)")
+    return handles, labels
+
+
+def _set_readable_ylim(axes, drawn) -> bool:
+    """One y-range for all panels (they share the axis), from every drawn point (phase-1 ones without their spread),
+    capped above collapsed outliers; out-of-range points marked. True when some point was off the axis."""
+    if not drawn:
+        return False
+    centres = np.concatenate([d[2] for d in drawn])
+    spreads = np.concatenate([d[3] for d in drawn])
+    keep = np.concatenate([d[2][d[6]] for d in drawn])
+    low, high, cap = readable_limits(centres, spreads, keep)
+    if not math.isfinite(cap):
+        return False
+    for ax in axes:
+        ax.set_ylim(low, high)
+    for ax, xs, ys, _, color, phase, _ in drawn:
+        mark_clipped(ax, xs, ys, high, color, phase == 2, high)
+    return True
 
 
 def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, title: str) -> list[Path]:
@@ -164,7 +247,7 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     n = len(eps_values)
-    fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True, sharey="row")
     for j, eps in enumerate(eps_values):
         top, bottom = axes[0][j], axes[1][j]
         panel = rows[rows["epsilon"] == eps]
@@ -172,15 +255,15 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
         pad = 0.1 * (hi - lo if hi > lo else max(hi, 0.01))
         line = np.array([lo - pad, hi + pad])
         top.plot(line, line, "--", color="black", lw=1, label="violation = γ")
-        for method, m in panel.groupby("method"):
+        for i, (method, m) in enumerate(panel.groupby("method")):
             color, marker = style(method)
             m = m.sort_values("gamma")
             label = names.get(method, method)
             top.errorbar(m["gamma"], m["test_violation"], yerr=m["test_violation_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
             bottom.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
             for _, r in m.iterrows():
-                top.annotate(f"{100 * r['share_meeting']:.0f}%", (r["gamma"], r["test_violation"]), textcoords="offset points", xytext=(4, 4),
-                             fontsize=7, color=color)
+                top.annotate(f"{100 * r['share_meeting']:.0f}%", (r["gamma"], r["test_violation"]), textcoords="offset points",
+                             xytext=(5, 9 * i - 4), fontsize=7, color=color)  # staggered by method: labels of nearby points do not overlap
         top.set_title(_eps_label(eps))
         if j == 0:
             top.set_ylabel("test constraint violation")
@@ -191,5 +274,5 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     handles, labels = _legend_entries(axes[0])
     fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), bbox_to_anchor=(0.5, -0.04), fontsize=8, frameon=False)
     fig.suptitle(title + "\n(labels: share of phase-2 runs meeting γ on test)", fontsize=10)
-    fig.text(0.5, -0.08, privacy_caption(df), ha="center", va="top", fontsize=7)
+    caption(fig, privacy_caption(df), -0.08)
     return save(fig, out, stem)

@@ -68,10 +68,26 @@ class Selection:
     val_constraint: float | None
     n_feasible: int
     n_configs: int
+    n_failed: int = 0  # configurations excluded because a phase-1 seed failed (see :func:`select`)
 
 
-def select(spec: SweepSpec, results: list[dict]) -> list[Selection]:
-    """Best mean validation accuracy among configurations whose mean validation constraint value meets γ.
+FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
+
+
+def failed_seed(result: dict, baseline_accuracy: float | None) -> bool:
+    """A phase-1 seed that failed: no finite validation metrics (the run diverged), or validation accuracy more than
+    FAILURE_MARGIN below ``baseline_accuracy`` (the best constant predictor's, the validation split's majority rate):
+    the run collapsed, whatever its constraint value (a collapsed model often meets every rate constraint)."""
+    acc, con = result.get("val_accuracy", math.nan), result.get("val_max_constraint", math.nan)
+    if not (math.isfinite(acc) and math.isfinite(con)):
+        return True
+    return baseline_accuracy is not None and acc < baseline_accuracy - FAILURE_MARGIN
+
+
+def select(spec: SweepSpec, results: list[dict], baseline_accuracy: float | None = None) -> list[Selection]:
+    """Best mean validation accuracy among configurations whose mean validation constraint value meets γ and none of
+    whose phase-1 seeds failed (:func:`failed_seed`): a configuration that collapses on some seeds cannot win on the
+    others, since a user of it gets a random seed.
 
     ``results`` are completed phase-1 trials, each the trial dict plus ``val_accuracy`` and
     ``val_max_constraint`` (the reported checkpoint's values).
@@ -84,6 +100,7 @@ def select(spec: SweepSpec, results: list[dict]) -> list[Selection]:
             by_config: dict[int, list[dict]] = {}
             for r in rows:
                 by_config.setdefault(r["config_id"], []).append(r)
+            failed = {cid for cid, rs in by_config.items() if any(failed_seed(r, baseline_accuracy) for r in rs)}
             stats = {
                 cid: (
                     sum(r["val_accuracy"] for r in rs) / len(rs),
@@ -93,13 +110,13 @@ def select(spec: SweepSpec, results: list[dict]) -> list[Selection]:
                 for cid, rs in by_config.items()
             }
             for gamma in gammas:
-                feasible = {cid: s for cid, s in stats.items() if math.isfinite(s[1]) and s[1] <= gamma}
+                feasible = {cid: s for cid, s in stats.items() if math.isfinite(s[1]) and s[1] <= gamma and cid not in failed}
                 if feasible:
                     cid = max(feasible, key=lambda c: (feasible[c][0], -c))
                     acc, con, params = feasible[cid]
-                    out.append(Selection(method, epsilon, gamma, cid, params, acc, con, len(feasible), len(stats)))
+                    out.append(Selection(method, epsilon, gamma, cid, params, acc, con, len(feasible), len(stats), len(failed)))
                 else:
-                    out.append(Selection(method, epsilon, gamma, None, None, None, None, 0, len(stats)))
+                    out.append(Selection(method, epsilon, gamma, None, None, None, None, 0, len(stats), len(failed)))
     return out
 
 

@@ -137,6 +137,14 @@ def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
     return out
 
 
+def majority_rate(labels) -> float:
+    """The best constant predictor's accuracy on ``labels``: the bar below which a phase-1 seed counts as failed."""
+    import numpy as np
+
+    counts = np.bincount(np.asarray(labels, dtype=np.int64))
+    return float(counts.max() / counts.sum())
+
+
 def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) -> tuple[str, list[dict]]:
     rows = []
     for sel in selections:
@@ -147,7 +155,7 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
         mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
         sd = lambda xs: (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan  # noqa: E731
         rows.append({"method": sel.method, "epsilon": sel.epsilon, "gamma": sel.gamma, "config_id": sel.config_id,
-                     "feasible_configs": f"{sel.n_feasible}/{sel.n_configs}", "phase2_runs": len(runs),
+                     "feasible_configs": f"{sel.n_feasible}/{sel.n_configs}", "failed_configs": sel.n_failed, "phase2_runs": len(runs),
                      "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc), "test_constraint_mean": mean(con),
                      "share_meeting_gamma": mean([1.0 if c <= sel.gamma else 0.0 for c in con]) if con else math.nan, "params": sel.params})
     lines = [f"Selected configurations ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}):",
@@ -156,7 +164,8 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
     for r in rows:
         if r["config_id"] is None:
             lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {'-':>6s} {r['feasible_configs']:>9s}   "
-                         "no configuration met gamma on validation")
+                         "no configuration met gamma on validation"
+                         + (f" ({r['failed_configs']} excluded: a phase-1 seed failed)" if r["failed_configs"] else ""))
             continue
         lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {r['config_id']:>6d} {r['feasible_configs']:>9s} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
@@ -219,7 +228,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
           f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
     run_phase(spec, 1, trials1, args, uri, experiment_id, storage)
     results1 = phase_results(uri, experiment_id, spec, 1)
-    selections = select(spec, results1)
+    selections = select(spec, results1, majority_rate(ds.val.y))
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials1), "completed": len(results1),
                                                 "selected": sum(s.config_id is not None for s in selections)})
 
