@@ -201,13 +201,12 @@ class _Family:
     """What the audit asks of an engine: a release as named blocks (K × m each), the update after it, and
     each block's noise: ("gauss", std per configuration) or ("laplace", scale per configuration)."""
 
-    release: Callable  # (state, world, settings) -> dict[str, Tensor]
+    release: Callable  # (state, world, settings) -> (blocks: dict[str, Tensor], the engine's raw release)
     apply: Callable  # (state, settings, raw release) -> state
     noise: dict  # block -> (kind, K-vector)
     state: object  # the starting state for one configuration
     settings: object  # the K = 1 settings
     worlds: dict  # "D", "D'", "canary" -> engine data
-    part_of_canary: int | None = None
 
 
 def _lagrangian_family(run, canary, module=None) -> _Family:
