@@ -149,7 +149,7 @@ def _legend_entries(axes) -> tuple[list, list]:
 
 def _panels(epsilons: list[float]):
     n = max(1, len(epsilons))
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, n, figsize=(max(6.4, 4.2 * n), 3.8), squeeze=False, sharey=True)  # one panel: room for its legend
     return fig, list(axes[0])
 
 
@@ -200,9 +200,11 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     clipped = _set_readable_ylim(axes, drawn)
     handles, labels = _legend_entries(axes)
     key_handles, key_labels = _marker_key(df, clipped)
-    fig.legend(handles + key_handles, labels + key_labels, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
+    ncol = 2 if len(axes) == 1 else 3  # the legend no larger than the figure: no blank margins in the saved image
+    rows = math.ceil((len(labels) + len(key_labels)) / ncol)
+    fig.legend(handles + key_handles, labels + key_labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    caption(fig, privacy_caption(df), -0.06 - 0.045 * math.ceil((len(labels) + len(key_labels)) / 3))
+    caption(fig, privacy_caption(df), -0.02 - 0.062 * rows)  # under the legend, which grows downwards from below the x label
     return save(fig, out, stem)
 
 
