@@ -164,7 +164,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         report = build_report(args.experiment, args.tracking_uri, Path(args.out or f"reports/{args.experiment}"),
                               Path(args.references) if args.references else None, args.walltime_experiment,
-                              log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id, audit_experiment=args.audit_experiment)
+                              log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id, audit_experiment=args.audit_experiment,
+                              results=Path(args.results) if args.results else None)
     except ReportError as exc:
         raise ValueError(str(exc)) from None
     for path in report.files:
@@ -354,6 +355,8 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source (default: none)")
     p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
     p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="also write a results page there (figures, phase-2 CSV, command, hardware, wall time, version), e.g. results/adult-dp")
     p.add_argument("--audit-experiment", default="raco-bench-audit", help="experiment of `raco-bench audit` runs for the audit table (default: %(default)s)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
 

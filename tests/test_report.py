@@ -73,8 +73,15 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     refs = tmp_path / "published.csv"
     refs.write_text("# user-supplied points\nmethod,dataset,epsilon,error,violation,source\ndp-fermi,adult,1,0.2,0.05,user test point\n")
     out = tmp_path / "report"
-    report = build_report("adult-demographic-parity-smoke", uri, out, references=refs)
+    page = tmp_path / "results" / "adult-dp"
+    report = build_report("adult-demographic-parity-smoke", uri, out, references=refs, results=page)
     names = {p.name for p in report.files}
+    readme = (page / "README.md").read_text()  # the results page states where its numbers come from
+    assert "**Command:** `python" in readme and "sweeps/adult.py --smoke --max-steps 100`" in readme
+    assert "**Hardware:**" in readme and "**Suite version:** raco-bench" in readme and "**Wall time:**" in readme
+    assert "reduced protocol: 2 configurations × 2 seeds, then 2 fresh seeds (the papers: 200 × 5, then 20)" in readme
+    assert {"pareto.png", "pareto.pdf", "phase2_runs.csv"} <= {p.name for p in page.iterdir()}
+    assert "![pareto](pareto.png)" in readme
     assert {"runs.csv", "pareto.pdf", "pareto.png", "index.md", "walltime.md", "walltime.tex", "walltime.csv"} <= names
     for path in report.files:
         assert path.exists() and path.stat().st_size > 0

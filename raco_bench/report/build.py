@@ -33,6 +33,7 @@ from raco_bench.progress import Progress
 from raco_bench.report import figures
 from raco_bench.report.audits import write_audits
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
+from raco_bench.report.results_page import protocol_note, sweep_parents, write_results_page
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
 
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
@@ -129,7 +130,7 @@ def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
 
 def build_report(experiment: str, tracking_uri: str | None, out: Path, references: Path | None = None,
                  walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None,
-                 audit_experiment: str = AUDIT_EXPERIMENT) -> Report:
+                 audit_experiment: str = AUDIT_EXPERIMENT, results: Path | None = None) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.require_existing_store(uri)
     progress = Progress("report", 5, every=0.0)
@@ -140,6 +141,9 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     report = Report(out)
     exp_id = experiment_id(uri, experiment)
     dataset, constraint = df["dataset"].iloc[0], df["constraint"].iloc[0]
+    parents = sweep_parents(uri, exp_id, str(df["sweep_id"].iloc[0]))
+    protocol = protocol_note(parents[1].data.params) if 1 in parents else ""
+    reduced = f" ({protocol})" if protocol.startswith("reduced") else ""
 
     accounted = bool((df["tuning"] == "accounted").any())
     if accounted:  # the released models of the private searches become the figure's points
@@ -150,7 +154,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     df.to_csv(runs_csv, index=False)
     report.files.append(runs_csv)
     agg = aggregate(df)
-    title = f"{dataset}, {constraint}: test error vs test constraint violation"
+    title = f"{dataset}, {constraint}: test error vs test constraint violation" + reduced
     report.files += figures.tradeoff_figure(agg, df, out, "pareto", "test_violation", "test_error", "test constraint violation (max over constraints)",
                                             "test error", title, references=refs)
     if constraint == "false-negative-rate":
@@ -173,7 +177,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     if not sat.empty:
         sat.to_csv(out / "satisfaction.csv", index=False)
         report.files.append(out / "satisfaction.csv")
-        report.files += figures.satisfaction_figure(sat, df, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction")
+        report.files += figures.satisfaction_figure(sat, df, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + reduced)
     elif not selections:
         report.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
     progress.advance("satisfaction figure")
@@ -196,6 +200,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     else:
         report.notes.append(f"no privacy audit in experiment {audit_experiment!r}; run `raco-bench audit whitebox` to add one.")
     _write_index(report, experiment, uri, df)
+    if results is not None:
+        report.files += write_results_page(report, uri, exp_id, df, results, figures.privacy_caption(df))
     progress.advance("wall-time tables and index")
     if log_to_mlflow:
         _log(uri, exp_id, df, out)

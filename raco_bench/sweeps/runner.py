@@ -218,6 +218,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
                  logging_level=logging.INFO if args.verbose else logging.WARNING)
     experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
+    record_provenance(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ray.cluster_resources())
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0)
@@ -248,6 +249,46 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
                                                 "trials_per_minute": 60 * n_trials / elapsed})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
+
+
+PROVENANCE_TAGS = ("raco_bench.command", "raco_bench.hardware", "raco_bench.version")
+
+
+def provenance(resources: dict) -> dict[str, str]:
+    """How this sweep was started and where: the command line, the driver's hardware and the cluster's CPUs and GPUs,
+    the suite's version and git commit. A results page (``raco-bench report --results``) states them."""
+    import platform
+    import subprocess
+
+    import raco_bench
+
+    command = " ".join(["python", *sys.argv]) if sys.argv and sys.argv[0].endswith(".py") else " ".join(sys.argv)
+    gpus = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = ", GPU " + ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - no torch CUDA on the driver
+        pass
+    hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores on the driver{gpus}; "
+                f"cluster: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(raco_bench.__file__).parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    version = f"raco-bench {raco_bench.__version__}" + (f" (git {commit})" if commit else "")
+    return dict(zip(PROVENANCE_TAGS, (command, hardware, version)))
+
+
+def record_provenance(uri: str, parent: str, resources: dict) -> None:
+    from mlflow.entities import RunTag
+
+    if PROVENANCE_TAGS[0] in tracking.client(uri).get_run(parent).data.tags:
+        return  # a resumed sweep keeps the command that started it
+    tags = provenance(resources)
+    tracking.retry(lambda: tracking.client(uri).log_batch(parent, tags=[RunTag(k, v[:4900]) for k, v in tags.items()]))
 
 
 def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float) -> dict:
