@@ -79,8 +79,9 @@ def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Pa
     if (page / "satisfaction.csv").exists():
         sat = pd.read_csv(page / "satisfaction.csv").round(4)
         lines += ["## Selected configurations on test (satisfaction.csv)", "", sat.to_markdown(index=False), ""]
-    if report.notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+    notes = [n for n in report.notes if "raco-bench bench walltime" not in n and "raco-bench audit whitebox" not in n]  # report-wide hints
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     readme = page / "README.md"
     readme.write_text("\n".join(lines))
     written.append(readme)
