@@ -10,6 +10,7 @@ other.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,15 @@ class AuditBound:
     false_positive_rate: float  # on the counted half, world D
     runs_per_world: int
     epsilon_upper: float = float("inf")  # the interval's other end: ln((TPR_high − δ) / FPR_low) of the chosen test
+
+    @property
+    def point_epsilon(self) -> float:
+        """ln(TPR / FPR) on the counted half, without a confidence margin (inf when FPR = 0, 0 when TPR = 0)."""
+        if self.false_positive_rate == 0:
+            return math.inf
+        if self.true_positive_rate == 0:
+            return 0.0
+        return max(0.0, math.log(self.true_positive_rate / self.false_positive_rate))
 
     @property
     def interval(self) -> tuple[float, float]:

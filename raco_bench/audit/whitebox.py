@@ -364,16 +364,7 @@ def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | No
                 **{f"noise_std_{k}": float(v[1][0]) for k, v in fam.noise.items()},
                 **{k: float(details[k]) for k in ("noise_multiplier", "laplace_scale") if k in details}}
     ideal = ideal_epsilon(fam, audit)
-    point = _point(bound)
-    return AuditResult(audit, bound, claimed, ideal, name, point, settings, time.perf_counter() - t0)
-
-
-def _point(bound: AuditBound) -> float:
-    if bound.false_positive_rate == 0:
-        return math.inf
-    if bound.true_positive_rate == 0:
-        return 0.0
-    return max(0.0, math.log(bound.true_positive_rate / bound.false_positive_rate))
+    return AuditResult(audit, bound, claimed, ideal, name, bound.point_epsilon, settings, time.perf_counter() - t0)
 
 
 def ideal_epsilon(fam: _Family, audit: WhiteBoxAudit) -> AuditBound:
@@ -394,17 +385,19 @@ def ideal_epsilon(fam: _Family, audit: WhiteBoxAudit) -> AuditBound:
             mu2 += (clips[name] / float(scale[0])) ** 2
         else:
             lap = float(scale[0])
-    mu = math.sqrt(mu2)
+    # the worst case in normalised units: one Gaussian coordinate (noise 1, contribution μ) and one histogram cell
+    n, mu = audit.runs, math.sqrt(mu2)
+    ones = torch.ones(n, dtype=torch.float64)
+    noise = {"gradient": ("gauss", ones)} | ({"histogram": ("laplace", lap * ones)} if lap is not None else {})
+    canary = {"gradient": torch.full((n, 1), mu, dtype=torch.float64), "histogram": torch.ones(n, 1, dtype=torch.float64)}
     out = {}
     for world in (0, 1):
-        total = np.zeros(audit.runs)
+        total = torch.zeros(n, dtype=torch.float64)
         for _ in range(audit.steps):
-            inc = (gen.random(audit.runs) < q) if world else np.zeros(audit.runs, bool)
-            z = gen.standard_normal(audit.runs) + mu * inc
-            L = mu * z - 0.5 * mu2
+            inc = torch.as_tensor((gen.random(n) < q) if world else np.zeros(n, bool), dtype=torch.float64)
+            observed = {"gradient": torch.as_tensor(gen.standard_normal(n))[:, None] + mu * inc[:, None]}
             if lap is not None:
-                h = gen.laplace(0.0, lap, audit.runs) + inc
-                L = L + (np.abs(h) - np.abs(h - 1.0)) / lap
-            total += np.logaddexp(math.log1p(-q), math.log(q) + L) if q < 1 else L
-        out[world] = total
+                observed["histogram"] = torch.as_tensor(gen.laplace(0.0, lap, n))[:, None] + inc[:, None]
+            total += mixture(step_log_ratios(observed, canary, noise)["joint"], q)  # the statistic the real runs get
+        out[world] = total.numpy()
     return audit_best({"joint": (out[0], out[1])}, audit.delta, audit.confidence)[1]

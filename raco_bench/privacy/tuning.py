@@ -47,8 +47,7 @@ def repeat_and_select(curve: RdpCurve, mean: float, shape: float) -> RdpCurve:
     orders = np.array(curve.orders, dtype=np.float64)
     eps = np.array(curve.values, dtype=np.float64)
     gamma = tnb_gamma(shape, mean)
-    usable = orders >= 1
-    constant = (1 + shape) * np.min((1 - 1 / orders[usable]) * eps[usable] + math.log(1 / gamma) / orders[usable])
+    constant = float(np.min(_constant_terms(orders, eps, gamma, shape)))
     out = np.full_like(eps, np.inf)
     above = orders > 1
     out[above] = eps[above] + math.log(mean) / (orders[above] - 1) + constant

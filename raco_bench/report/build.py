@@ -147,9 +147,9 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
 
     accounted = bool((df["tuning"] == "accounted").any())
     if accounted:  # the released models of the private searches become the figure's points
-        df, selections_ = accounted_view(uri, exp_id, df)
+        df, selections = accounted_view(uri, exp_id, df)
     else:
-        selections_ = _selections(uri, exp_id, df)
+        selections = _selections(uri, exp_id, df)
     runs_csv = out / "runs.csv"
     df.to_csv(runs_csv, index=False)
     report.files.append(runs_csv)
@@ -167,7 +167,6 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                                                 f"{dataset}: test error vs worst-group loss (bounded group loss)", xscale="log")
     progress.advance("trade-off figures")
 
-    selections = selections_  # set above
     for sel in selections:
         if sel.get("config_id") is None:
             eps = "∞ (non-private)" if sel["epsilon"] is None else sel["epsilon"]

@@ -112,10 +112,10 @@ def readable_limits(centres: np.ndarray, spreads: np.ndarray, keep: np.ndarray |
     cap = min(q3 + 3.0 * max(q3 - q1, 0.01), med + max(8.0 * mad, 0.05))
     if keep is not None and np.isfinite(keep).any():
         cap = max(cap, float(np.nanmax(keep)))
-    top = float(min(np.max(c + s), cap)) if np.max(c + s) > cap else float(np.max(c + s))
-    bottom = float(np.min(c - s))
+    highest = float(np.max(c + s))  # ≥ every centre (spreads are ≥ 0)
+    top, bottom = min(highest, cap), float(np.min(c - s))
     pad = 0.05 * max(top - bottom, 0.01)
-    return bottom - pad, top + pad, cap if np.max(c) > cap or np.max(c + s) > cap else math.inf
+    return bottom - pad, top + pad, cap if highest > cap else math.inf
 
 
 def mark_clipped(ax, xs, ys, cap: float, color: str, label_values: bool, top: float) -> None:

@@ -137,6 +137,15 @@ def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
     return out
 
 
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def sd(xs: list[float]) -> float:
+    """The sample standard deviation (nan below two values)."""
+    return (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan
+
+
 def majority_rate(labels) -> float:
     """The best constant predictor's accuracy on ``labels``: the bar below which a phase-1 seed counts as failed."""
     import numpy as np
@@ -152,8 +161,6 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
                 and (r["gamma"] is None or r["gamma"] == sel.gamma)]
         acc = [r["test_accuracy"] for r in runs if math.isfinite(r["test_accuracy"])]
         con = [r["test_max_constraint"] for r in runs if math.isfinite(r["test_max_constraint"])]
-        mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-        sd = lambda xs: (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan  # noqa: E731
         rows.append({"method": sel.method, "epsilon": sel.epsilon, "gamma": sel.gamma, "config_id": sel.config_id,
                      "feasible_configs": f"{sel.n_feasible}/{sel.n_configs}", "failed_configs": sel.n_failed, "phase2_runs": len(runs),
                      "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc), "test_constraint_mean": mean(con),
@@ -332,8 +339,6 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
     groups: dict[tuple, list] = {}
     for rel in releases:
         groups.setdefault((rel.method, rel.epsilon, rel.gamma), []).append(rel)
-    mean = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-    sd = lambda xs: (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan  # noqa: E731
     rows = []
     for (method, eps, gamma), rels in groups.items():
         chosen = [by_key[r.trial_key] for r in rels if r.trial_key is not None]
