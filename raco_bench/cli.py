@@ -21,6 +21,7 @@ COMMANDS = {
     "train": "train one configuration and print its summary",
     "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
     "report": "figures and tables of a sweep from MLflow",
+    "results": "RaCO-DP against every other method, study by study and per epsilon, from the results pages in DIR (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), report-scale, preprocessing (accuracy cost of public domains)",
 }
 
@@ -172,6 +173,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(path)
     for note in report.notes:
         print(f"note: {note}")
+    return 0
+
+
+def _cmd_results(args: argparse.Namespace) -> int:
+    from raco_bench.report.comparison import write_comparison
+    from raco_bench.report.load import ReportError
+
+    try:
+        paths = write_comparison(Path(args.dir))
+    except ReportError as exc:
+        raise ValueError(str(exc)) from None
+    for path in paths:
+        print(path)
     return 0
 
 
@@ -361,6 +375,10 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
 
 
+def _add_results(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="folder of results pages (`raco-bench report --results DIR/STUDY`), e.g. results")
+
+
 def _add_bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing", "audit"],
                    help="which benchmark (each has its own --help)")
@@ -368,7 +386,7 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 HANDLERS = {"datasets": (None, "_cmd_datasets"), "train": (_add_train, "_cmd_train"), "audit": (_add_audit, "_cmd_audit"),
-            "report": (_add_report, "_cmd_report"), "bench": (_add_bench, "_cmd_bench")}
+            "report": (_add_report, "_cmd_report"), "results": (_add_results, "_cmd_results"), "bench": (_add_bench, "_cmd_bench")}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -82,6 +82,8 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     assert "reduced protocol: 2 configurations × 2 seeds, then 2 fresh seeds (the papers: 200 × 5, then 20)" in readme
     assert {"pareto.png", "pareto.pdf", "phase2_runs.csv"} <= {p.name for p in page.iterdir()}
     assert "![pareto](pareto.png)" in readme
+    assert "## Published points overlaid" in readme and "user test point" in readme  # the overlaid points, with their source
+    assert "## Wall time per step" in readme and (page / "walltime.md").exists()  # the store's bench covers adult
     assert {"runs.csv", "pareto.pdf", "pareto.png", "index.md", "walltime.md", "walltime.tex", "walltime.csv"} <= names
     for path in report.files:
         assert path.exists() and path.stat().st_size > 0
@@ -182,3 +184,45 @@ def test_a_collapsed_point_does_not_squeeze_the_others():
 
 def pathlib_path(p):
     return Path(p)
+
+
+def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tmp_path):
+    """`--references`: rows of another constraint are left out, a value that is not a rate is refused with the row named,
+    the shipped results/references.csv loads with a source on every row, and a published point far from the suite's
+    points stays on the axis (it is never clipped as an outlier)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from raco_bench.report.build import load_references
+    from raco_bench.report.figures import tradeoff_figure
+
+    path = tmp_path / "refs.csv"
+    path.write_text("method,dataset,constraint,epsilon,error,violation,source\n"
+                    "sgda,heart,false-negative-rate,,0.125,0.58,paper A\nsgda,heart,demographic-parity,1,0.2,0.05,paper B\n"
+                    "raco-dp,adult,,1,0.17,0.1,paper C\n")
+    ref = load_references(path, {"heart"}, "false-negative-rate")
+    assert list(ref["source"]) == ["paper A"] and np.isnan(ref["epsilon"].iloc[0])
+    assert list(load_references(path, {"adult"}, "equalized-odds")["source"]) == ["paper C"]  # empty constraint: any
+    bad = tmp_path / "bad.csv"
+    bad.write_text("method,dataset,epsilon,error,violation,source\nsgda,heart,,87.5,0.58,paper A\n")
+    with pytest.raises(ReportError, match=r"'error' needs numbers in \[0, 1\].*87.5"):
+        load_references(bad, {"adult"})  # checked before filtering: a bad row of another dataset is still reported
+    shipped = load_references(ROOT / "results" / "references.csv", {"heart"}, "false-negative-rate")
+    assert len(shipped) >= 3 and shipped["source"].notna().all() and shipped["note"].notna().all()
+
+    rows = [{"method": "raco-dp", "epsilon": 1.0, "gamma": 0.5, "config_id": i, "phase": 2, "test_violation": 0.4 + 0.01 * i,
+             "test_violation_sd": 0.01, "test_error": 0.20 + 0.001 * i if i else 0.6, "test_error_sd": 0.001} for i in range(6)]  # one collapsed
+    df = pd.DataFrame({"method": ["raco-dp"], "privacy_notion": ["record-level add/remove DP"], "delta": [1e-5], "checkpoint": ["last"],
+                       "outside_budget": ["none"], "style": ["#0072B2,o"]})
+    far = pd.DataFrame({"method": ["xgboost"], "dataset": ["heart"], "epsilon": [np.nan], "error": [0.02], "violation": [0.9], "source": ["x"]})
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)
+    try:
+        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_violation", "test_error", "violation", "error", "t", references=far)
+    finally:
+        plt.close = original
+    ax = captured["fig"].axes[0]
+    assert ax.get_ylim()[0] < 0.02 < ax.get_ylim()[1] and ax.get_xlim()[1] > 0.9
+    assert any("published (x)" in t.get_text() for t in captured["fig"].legends[0].get_texts())
+    plt.close(captured["fig"])

@@ -46,7 +46,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def load_references(path: Path | None, datasets: set[str]) -> pd.DataFrame | None:
+def load_references(path: Path | None, datasets: set[str], constraint: str | None = None) -> pd.DataFrame | None:
+    """Published points of ``datasets`` from a CSV in :data:`REFERENCE_COLUMNS`; an optional ``constraint`` column keeps
+    only the rows of this sweep's constraint (an empty cell: any constraint). ε empty or inf: a non-private point."""
     if path is None:
         return None
     if not path.is_file():
@@ -55,7 +57,15 @@ def load_references(path: Path | None, datasets: set[str]) -> pd.DataFrame | Non
     missing = [c for c in REFERENCE_COLUMNS if c not in ref.columns]
     if missing:
         raise ReportError(f"reference-points file {path} lacks column(s) {', '.join(missing)}; expected {', '.join(REFERENCE_COLUMNS)}")
+    for column in ("error", "violation"):
+        values = pd.to_numeric(ref[column], errors="coerce")
+        if values.isna().any() or ((values < 0) | (values > 1)).any():
+            raise ReportError(f"reference-points file {path}: column {column!r} needs numbers in [0, 1] (a rate), got "
+                              f"{ref.loc[values.isna() | (values < 0) | (values > 1), column].tolist()}; fix or remove those rows")
+        ref[column] = values
     ref = ref[ref["dataset"].isin(datasets)].copy()
+    if constraint is not None and "constraint" in ref.columns:
+        ref = ref[ref["constraint"].isna() | (ref["constraint"] == constraint)]
     ref["epsilon"] = pd.to_numeric(ref["epsilon"], errors="coerce").replace([np.inf], np.nan)
     return ref
 
@@ -136,7 +146,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     progress = Progress("report", 5, every=0.0)
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     progress.advance(f"{len(df)} runs loaded from {uri}")
-    refs = load_references(references, set(df["dataset"]))
+    refs = load_references(references, set(df["dataset"]), str(df["constraint"].iloc[0]))
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
     exp_id = experiment_id(uri, experiment)
@@ -171,7 +181,9 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         if sel.get("config_id") is None:
             eps = "∞ (non-private)" if sel["epsilon"] is None else sel["epsilon"]
             report.notes.append(f"{sel['method']} at ε = {eps}, γ = {sel['gamma']}: no configuration met γ on validation "
-                                f"({sel.get('feasible_configs', '0')} feasible); it has no point in the satisfaction plot.")
+                                f"({sel.get('feasible_configs', '0')} feasible"
+                                + (f"; {sel['failed_configs']} excluded because a phase-1 seed failed" if sel.get("failed_configs") else "")
+                                + "); it has no point in the satisfaction plot.")
     sat = satisfaction_rows(df, selections)
     if not sat.empty:
         sat.to_csv(out / "satisfaction.csv", index=False)
@@ -200,7 +212,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.notes.append(f"no privacy audit in experiment {audit_experiment!r}; run `raco-bench audit whitebox` to add one.")
     _write_index(report, experiment, uri, df)
     if results is not None:
-        report.files += write_results_page(report, uri, exp_id, df, results, figures.privacy_caption(df))
+        report.files += write_results_page(report, uri, exp_id, df, results, figures.privacy_caption(df), refs)
     progress.advance("wall-time tables and index")
     if log_to_mlflow:
         _log(uri, exp_id, df, out)

@@ -189,9 +189,10 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
         if references is not None and not references.empty:
             ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
             for (method, source), rows in ref.groupby(["method", "source"]):
-                rx, ry = reference_xy(rows)
+                rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
                 ax.scatter(rx, ry, marker="*", s=90, facecolor="none", edgecolor=style(method)[0], linewidths=1.2,
-                           label=f"{method}, published ({source})")
+                           label=f"{names.get(method, method)}: published ({source})")
+                drawn.append((ax, rx, ry, np.zeros(len(ry)), style(method)[0], 0, np.ones(len(ry), bool)))  # always on the axis
         ax.set_title(_eps_label(eps))
         ax.set_xlabel(xlabel)
         ax.set_xscale(xscale)

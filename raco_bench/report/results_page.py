@@ -46,8 +46,12 @@ def _wall_time(parents: dict) -> str:
     return f"{seconds / 60:.1f} min ({seconds:.0f} s, the sweep command from start to summary)" if seconds else "not recorded"
 
 
-def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Path, caption: str) -> list[Path]:
-    """Copy ``report``'s figures and tables into ``page`` and write its README.md; returns the files written."""
+def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Path, caption: str,
+                       references: pd.DataFrame | None = None) -> list[Path]:
+    """Copy ``report``'s figures and tables into ``page`` and write its README.md; returns the files written.
+
+    The page also lists the published points overlaid on its figures (``references``, with their sources) and,
+    when the store holds a ``raco-bench bench walltime`` table that covers this dataset, that table."""
     page.mkdir(parents=True, exist_ok=True)
     parents = sweep_parents(uri, exp_id, str(df["sweep_id"].iloc[0]))
     first = parents.get(1)
@@ -79,6 +83,16 @@ def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Pa
     if (page / "satisfaction.csv").exists():
         sat = pd.read_csv(page / "satisfaction.csv").round(4)
         lines += ["## Selected configurations on test (satisfaction.csv)", "", sat.to_markdown(index=False), ""]
+    if references is not None and not references.empty:
+        shown = references.drop(columns=[c for c in ("dataset",) if c in references.columns]).fillna({"epsilon": "non-private / not stated"})
+        lines += ["## Published points overlaid (☆ in the figures)", "", shown.to_markdown(index=False), ""]
+    wall = next((p for p in report.files if p.name == "walltime.csv"), None)
+    if wall is not None and dataset in set(pd.read_csv(wall)["dataset"]):
+        for path in report.files:
+            if path.stem == "walltime":
+                shutil.copy2(path, page / path.name)
+                written.append(page / path.name)
+        lines += ["## Wall time per step (the store's latest `raco-bench bench walltime`)", "", (page / "walltime.md").read_text(), ""]
     notes = [n for n in report.notes if "raco-bench bench walltime" not in n and "raco-bench audit whitebox" not in n]  # report-wide hints
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

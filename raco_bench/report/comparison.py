@@ -1,0 +1,116 @@
+"""`raco-bench results DIR`: RaCO-DP against every other method, study by study, from the published results pages.
+
+Each page under ``DIR`` (``raco-bench report --results DIR/STUDY``) holds ``satisfaction.csv``: per method, ε and γ,
+the selected configuration's phase-2 mean and standard deviation on test. For each study, private ε and other
+method, the comparison states (docs/results.md):
+
+* **Pareto dominance** (the papers' Fig. 2 claim): of the other method's selected configurations (mean test error and
+  mean test violation over their phase-2 seeds; one point per configuration, even when it was selected for several
+  γ), the share that some RaCO-DP point dominates (no worse on both, better on one), and the converse share;
+* **error at matched γ**: over the targets γ where both methods selected a configuration, how often RaCO-DP's mean
+  test error is lower, equal within noise, or higher. "Within noise" is a difference below twice the standard error
+  of the difference of the two means;
+* **satisfaction** (Fig. 3): the share of phase-2 runs whose test violation meets γ, averaged over the γ grid
+  (RaCO-DP's and the other method's).
+
+A non-private method (ε = ∞) is compared in every ε panel, as the figures draw it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raco_bench.report.load import ReportError
+from raco_bench.report.pareto import non_dominated
+
+REFERENCE = "raco-dp"
+
+
+def load_pages(root: Path) -> pd.DataFrame:
+    """Every page's selections on test (its ``satisfaction.csv``: one row per method, ε and γ, with the selected
+    configuration's phase-2 mean and sd), with ``study``, ``dataset`` and ``constraint`` columns."""
+    pages = sorted(p.parent for p in root.glob("*/satisfaction.csv") if (p.parent / "phase2_runs.csv").exists())
+    if not pages:
+        raise ReportError(f"no results page under {root} (a page is a folder with satisfaction.csv and phase2_runs.csv); "
+                          "write one with `raco-bench report --experiment NAME --results DIR/STUDY`")
+    frames = []
+    for page in pages:
+        runs = pd.read_csv(page / "phase2_runs.csv", usecols=["dataset", "constraint", "method", "privacy_notion"])
+        notions = runs.drop_duplicates("method").set_index("method")["privacy_notion"]
+        sat = pd.read_csv(page / "satisfaction.csv")
+        frames.append(sat.assign(study=page.name, dataset=runs["dataset"].iloc[0], constraint=runs["constraint"].iloc[0],
+                                 privacy_notion=sat["method"].map(notions).fillna("")))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _dominated_share(theirs: np.ndarray, ours: np.ndarray) -> float:
+    """Share of ``theirs`` (rows: violation, error) dominated by some point of ``ours``."""
+    if not len(theirs) or not len(ours):
+        return math.nan
+    return float(np.mean([not non_dominated(np.vstack([ours, p[None, :]]))[-1] for p in theirs]))
+
+
+def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int]:
+    """(lower, within noise, higher): RaCO-DP's test error against theirs at each γ both selected a configuration for."""
+    both = ours.merge(theirs, on="gamma", suffixes=("_a", "_b"))
+    lower = tie = higher = 0
+    for _, r in both.iterrows():
+        se = math.sqrt(r["test_error_sd_a"] ** 2 / max(r["n_runs_a"], 1) + r["test_error_sd_b"] ** 2 / max(r["n_runs_b"], 1))
+        diff = r["test_error_b"] - r["test_error_a"]
+        if abs(diff) <= 2 * se:
+            tie += 1
+        elif diff > 0:
+            lower += 1
+        else:
+            higher += 1
+    return lower, tie, higher
+
+
+def _points(sel: pd.DataFrame) -> np.ndarray:
+    """The distinct selected configurations' (mean test violation, mean test error): a configuration selected for
+    several γ is one point."""
+    return sel.drop_duplicates("config_id")[["test_violation", "test_error"]].to_numpy(dtype=float)
+
+
+def compare(selections: pd.DataFrame) -> pd.DataFrame:
+    """One row per (study, ε, other method): the measures of the module docstring."""
+    rows = []
+    sel = selections.fillna({"test_error_sd": 0.0, "test_violation_sd": 0.0})
+    for study, frame in sel.groupby("study"):
+        for eps in sorted(e for e in frame["epsilon"].unique() if math.isfinite(e)):
+            ours = frame[(frame["method"] == REFERENCE) & (frame["epsilon"] == eps)]
+            if ours.empty:
+                continue
+            panel = frame[((frame["epsilon"] == eps) | ~np.isfinite(frame["epsilon"])) & (frame["method"] != REFERENCE)]
+            for method, theirs in panel.groupby("method"):
+                lower, tie, higher = _matched(ours, theirs)
+                rows.append({
+                    "study": study, "dataset": frame["dataset"].iloc[0], "constraint": frame["constraint"].iloc[0], "epsilon": eps,
+                    "method": method, "privacy_notion": theirs["privacy_notion"].iloc[0],
+                    "their_points_dominated_by_raco_dp": _dominated_share(_points(theirs), _points(ours)),
+                    "raco_dp_points_dominated_by_them": _dominated_share(_points(ours), _points(theirs)),
+                    "gammas_compared": lower + tie + higher, "raco_dp_lower_error": lower, "within_noise": tie, "raco_dp_higher_error": higher,
+                    "raco_dp_mean_error": float(ours["test_error"].mean()), "their_mean_error": float(theirs["test_error"].mean()),
+                    "raco_dp_share_meeting_gamma": float(ours["share_meeting"].mean()), "their_share_meeting_gamma": float(theirs["share_meeting"].mean()),
+                })
+    return pd.DataFrame(rows)
+
+
+def write_comparison(root: Path) -> list[Path]:
+    """``comparison.csv`` and ``comparison.md`` in ``root``; returns the paths."""
+    table = compare(load_pages(root))
+    csv, md = root / "comparison.csv", root / "comparison.md"
+    table.to_csv(csv, index=False)
+    shown = table.drop(columns=["dataset", "constraint", "privacy_notion"]).round(3)
+    shown.columns = [c.replace("_", " ") for c in shown.columns]
+    md.write_text(
+        "# RaCO-DP against every other method, per study and ε\n\n"
+        "Written by `raco-bench results " + str(root) + "` from each page's phase2_runs.csv (docs/results.md). "
+        "Points are means over a selected configuration's phase-2 seeds; \"dominated\" means no better on either test error "
+        "or test violation; \"within noise\": the error difference is below twice its standard error. A non-private method "
+        "appears at every ε.\n\n" + shown.to_markdown(index=False) + "\n")
+    return [csv, md]

@@ -1,0 +1,59 @@
+"""`raco-bench results DIR`: RaCO-DP against every other method per study and ε, from results pages; checked on a
+hand-made page whose dominance shares and matched-γ verdicts are known."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from raco_bench.report.comparison import compare, load_pages, write_comparison
+from raco_bench.report.load import ReportError
+
+COLUMNS = ["method", "epsilon", "gamma", "config_id", "n_runs", "test_violation", "test_violation_sd", "test_error", "test_error_sd", "share_meeting"]
+
+
+def _page(root, name, rows):
+    page = root / name
+    page.mkdir(parents=True)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(page / "satisfaction.csv", index=False)
+    pd.DataFrame({"dataset": ["adult"] * 3, "constraint": ["demographic-parity"] * 3, "method": ["raco-dp", "dp-fermi", "sgda"],
+                  "privacy_notion": ["record-level add/remove DP", "record-level add/remove DP (full)", "none"]}).to_csv(page / "phase2_runs.csv", index=False)
+
+
+def test_dominance_and_matched_gamma_verdicts(tmp_path):
+    rows = [
+        # RaCO-DP at ε = 1: two configurations, the first selected for two γ (one point)
+        ("raco-dp", 1.0, 0.05, 3, 5, 0.04, 0.01, 0.180, 0.002, 1.0), ("raco-dp", 1.0, 0.10, 3, 5, 0.04, 0.01, 0.180, 0.002, 1.0),
+        ("raco-dp", 1.0, 0.15, 4, 5, 0.12, 0.01, 0.170, 0.002, 0.6),
+        # DP-FERMI: one point dominated by (0.04, 0.180), one not dominated; at γ 0.05 clearly worse, at 0.10 within noise,
+        # at 0.15 clearly better than RaCO-DP
+        ("dp-fermi", 1.0, 0.05, 1, 5, 0.05, 0.01, 0.200, 0.002, 1.0), ("dp-fermi", 1.0, 0.10, 2, 5, 0.02, 0.01, 0.181, 0.002, 0.8),
+        ("dp-fermi", 1.0, 0.15, 5, 5, 0.11, 0.01, 0.160, 0.002, 1.0),
+        # non-private SGDA: compared in every ε panel
+        ("sgda", math.inf, 0.05, 0, 5, 0.03, 0.01, 0.165, 0.002, 1.0),
+    ]
+    _page(tmp_path, "adult-demographic-parity", rows)
+    table = compare(load_pages(tmp_path)).set_index("method")
+    fermi = table.loc["dp-fermi"]
+    assert fermi["their_points_dominated_by_raco_dp"] == pytest.approx(1 / 3)  # (0.05, 0.200) only
+    assert fermi["raco_dp_points_dominated_by_them"] == pytest.approx(1 / 2)  # (0.12, 0.170) by (0.11, 0.160)
+    assert (fermi["gammas_compared"], fermi["raco_dp_lower_error"], fermi["within_noise"], fermi["raco_dp_higher_error"]) == (3, 1, 1, 1)
+    assert fermi["raco_dp_share_meeting_gamma"] == pytest.approx((1 + 1 + 0.6) / 3) and fermi["privacy_notion"].endswith("(full)")
+    sgda = table.loc["sgda"]
+    assert sgda["epsilon"] == 1.0 and sgda["gammas_compared"] == 1 and sgda["raco_dp_higher_error"] == 1
+    assert sgda["raco_dp_points_dominated_by_them"] == 1.0  # (0.03, 0.165) dominates both RaCO-DP points
+
+    paths = write_comparison(tmp_path)
+    assert [p.name for p in paths] == ["comparison.csv", "comparison.md"] and "adult-demographic-parity" in paths[1].read_text()
+
+
+def test_no_page_is_a_clear_error(tmp_path):
+    with pytest.raises(ReportError, match="no results page"):
+        load_pages(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "raco_bench.cli", "results", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "raco-bench report --experiment NAME --results" in proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
