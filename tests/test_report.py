@@ -226,3 +226,36 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
     assert ax.get_ylim()[0] < 0.02 < ax.get_ylim()[1] and ax.get_xlim()[1] > 0.9
     assert any("published (x)" in t.get_text() for t in captured["fig"].legends[0].get_texts())
     plt.close(captured["fig"])
+
+
+def test_epsilon_panels_share_both_axes(tmp_path):
+    """Panels that are compared side by side (one per ε) share the x- and the y-axis."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from raco_bench.report.figures import tradeoff_figure
+
+    rows = [{"method": "raco-dp", "epsilon": eps, "gamma": 0.05, "config_id": 0, "phase": 2, "test_violation": v, "test_violation_sd": 0.001,
+             "test_error": 0.2, "test_error_sd": 0.001} for eps, v in [(0.5, 0.002), (1.0, 0.05)]]
+    df = pd.DataFrame({"method": ["raco-dp"], "privacy_notion": ["record-level add/remove DP"], "delta": [1e-5], "checkpoint": ["last"],
+                       "outside_budget": ["none"], "style": ["#0072B2,o"]})
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)
+    try:
+        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_violation", "test_error", "violation", "error", "t")
+    finally:
+        plt.close = original
+    first, second = captured["fig"].axes[:2]
+    assert first.get_xlim() == second.get_xlim() and first.get_ylim() == second.get_ylim()
+    plt.close(captured["fig"])
+
+
+def test_acs_sample_is_labelled_as_a_substitute():
+    """The ACS study runs on the 5,000-row 2017 sample: every report, results page and figure title of it says so."""
+    import pandas as pd
+
+    from raco_bench.report.build import data_note
+
+    assert "SUBSTITUTE" in data_note(pd.DataFrame({"dataset": ["acs-employment"]}))
+    assert data_note(pd.DataFrame({"dataset": ["adult"]})) == ""

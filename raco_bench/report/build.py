@@ -39,6 +39,15 @@ from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdow
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
 
 
+ACS_NOTE = ("Data: the 2017 1-Year Alabama 5,000-row ACS sample (folktables layout), a SUBSTITUTE for the paper's 2018 "
+            "5-Year file: not comparable with the paper's numbers.")
+
+
+def data_note(df: pd.DataFrame) -> str:
+    """What a reader must know about the sweep's data before reading its numbers (the ACS sample is a substitute)."""
+    return ACS_NOTE if any(str(d).startswith("acs") for d in df["dataset"].unique()) else ""
+
+
 @dataclass
 class Report:
     out: Path
@@ -154,6 +163,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     parents = sweep_parents(uri, exp_id, str(df["sweep_id"].iloc[0]))
     protocol = protocol_note(parents[1].data.params) if 1 in parents else ""
     reduced = f" ({protocol})" if protocol.startswith("reduced") else ""
+    if data_note(df):
+        reduced += "\n[ACS 2017 1-Year AL 5,000-row sample: a substitute, not the paper's data]"
 
     accounted = bool((df["tuning"] == "accounted").any())
     if accounted:  # the released models of the private searches become the figure's points
@@ -212,7 +223,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.notes.append(f"no privacy audit in experiment {audit_experiment!r}; run `raco-bench audit whitebox` to add one.")
     _write_index(report, experiment, uri, df)
     if results is not None:
-        report.files += write_results_page(report, uri, exp_id, df, results, figures.privacy_caption(df), refs)
+        report.files += write_results_page(report, uri, exp_id, df, results, figures.privacy_caption(df), refs, data_note(df))
     progress.advance("wall-time tables and index")
     if log_to_mlflow:
         _log(uri, exp_id, df, out)
@@ -232,9 +243,9 @@ def _write_index(report: Report, experiment: str, uri: str, df: pd.DataFrame) ->
             lines.append(f"- [{path.name}]({path.name})")
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
-    notes = sorted({n for n in df["dataset"].unique() if str(n).startswith("acs")})
-    if notes:
-        lines += ["", "ACS results use the offline 2017 1-Year Alabama 5,000-row sample: a substitute, not comparable with the paper's numbers."]
+    note = data_note(df)
+    if note:
+        lines += ["", note]
     index = report.out / "index.md"
     index.write_text("\n".join(lines) + "\n")
     report.files.append(index)

@@ -128,6 +128,11 @@ def mark_clipped(ax, xs, ys, cap: float, color: str, label_values: bool, top: fl
             ax.annotate(f"{y:.2f}", (x, top), textcoords="offset points", xytext=(0, -9), ha="center", fontsize=6, color=color)
 
 
+def suptitle(fig, title: str) -> None:
+    """The figure's title above the panels' own titles: anchored at its bottom line, so extra lines grow upwards."""
+    fig.suptitle(title, fontsize=10, y=0.96, va="bottom")
+
+
 def save(fig, out: Path, stem: str) -> list[Path]:
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
     fig.savefig(paths[0], bbox_inches="tight")
@@ -149,7 +154,7 @@ def _legend_entries(axes) -> tuple[list, list]:
 
 def _panels(epsilons: list[float]):
     n = max(1, len(epsilons))
-    fig, axes = plt.subplots(1, n, figsize=(max(6.4, 4.2 * n), 3.8), squeeze=False, sharey=True)  # one panel: room for its legend
+    fig, axes = plt.subplots(1, n, figsize=(max(6.4, 4.2 * n), 3.8), squeeze=False, sharex=True, sharey=True)  # one panel: room for its legend
     return fig, list(axes[0])
 
 
@@ -204,7 +209,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     ncol = 2 if len(axes) == 1 else 3  # the legend no larger than the figure: no blank margins in the saved image
     rows = math.ceil((len(labels) + len(key_labels)) / ncol)
     fig.legend(handles + key_handles, labels + key_labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=10)
+    suptitle(fig, title)
     caption(fig, privacy_caption(df), -0.02 - 0.062 * rows)  # under the legend, which grows downwards from below the x label
     return save(fig, out, stem)
 
@@ -276,6 +281,6 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
             ax.grid(alpha=0.3)
     handles, labels = _legend_entries(axes[0])
     fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), bbox_to_anchor=(0.5, -0.04), fontsize=8, frameon=False)
-    fig.suptitle(title + "\n(labels: share of phase-2 runs meeting γ on test)", fontsize=10)
+    suptitle(fig, title + "\n(labels: share of phase-2 runs meeting γ on test)")
     caption(fig, privacy_caption(df), -0.08)
     return save(fig, out, stem)

@@ -47,7 +47,7 @@ def _wall_time(parents: dict) -> str:
 
 
 def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Path, caption: str,
-                       references: pd.DataFrame | None = None) -> list[Path]:
+                       references: pd.DataFrame | None = None, data_note: str = "") -> list[Path]:
     """Copy ``report``'s figures and tables into ``page`` and write its README.md; returns the files written.
 
     The page also lists the published points overlaid on its figures (``references``, with their sources) and,
@@ -67,7 +67,7 @@ def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Pa
     reported.drop(columns=["run_id", "start_time"], errors="ignore").to_csv(csv, index=False)
     written.append(csv)
     dataset, constraint = df["dataset"].iloc[0], df["constraint"].iloc[0]
-    lines = [f"# {dataset}, {constraint}", ""]
+    lines = [f"# {dataset}, {constraint}", ""] + ([f"**{data_note}**", ""] if data_note else [])
     lines += [f"- **{label}:** `{tags[key]}`" if key == "raco_bench.command" else f"- **{label}:** {tags[key]}"
               for key, label in PROVENANCE.items() if key in tags]
     missing = [label for key, label in PROVENANCE.items() if key not in tags]
