@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from raco_bench.methods import get_method
@@ -73,21 +74,46 @@ class Selection:
 
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
 
+Baseline = Callable[[float], "float | None"]  # γ -> the failure bar's accuracy (None: only divergence counts as failure)
+
+
+def constant_predictor_accuracy(constraint: str, labels: Sequence[int], gamma: float) -> float | None:
+    """The best accuracy on ``labels`` of a constant, possibly randomised, binary predictor that meets ``constraint``
+    at slack γ: the bar a trained model must not fall below (docs/sweeps.md, "Failed seeds").
+
+    * demographic parity, equalized odds: every constant predictor has zero gaps, so the bar is the majority rate;
+    * false-negative rate ≤ γ: predicting positive with probability p has FNR 1 − p, so p ≥ 1 − γ and the best such
+      predictor reaches max(γ·r₀ + (1 − γ)·r₁, r₁), with r₀, r₁ the negative and positive rates;
+    * any other constraint: None (no constant predictor is known to meet it; only divergence counts as failure).
+    """
+    n = len(labels)
+    if n == 0:
+        return None
+    r1 = sum(1 for y in labels if int(y) == 1) / n
+    r0 = 1.0 - r1
+    if constraint in ("demographic-parity", "equalized-odds"):
+        return max(r0, r1)
+    if constraint == "false-negative-rate":
+        g = min(max(float(gamma), 0.0), 1.0)
+        return max(g * r0 + (1.0 - g) * r1, r1)
+    return None
+
 
 def failed_seed(result: dict, baseline_accuracy: float | None) -> bool:
     """A phase-1 seed that failed: no finite validation metrics (the run diverged), or validation accuracy more than
-    FAILURE_MARGIN below ``baseline_accuracy`` (the best constant predictor's, the validation split's majority rate):
-    the run collapsed, whatever its constraint value (a collapsed model often meets every rate constraint)."""
+    FAILURE_MARGIN below ``baseline_accuracy`` (the best constant predictor's that meets the constraint,
+    :func:`constant_predictor_accuracy`): the run collapsed, whatever its constraint value (a collapsed model often
+    meets every rate constraint)."""
     acc, con = result.get("val_accuracy", math.nan), result.get("val_max_constraint", math.nan)
     if not (math.isfinite(acc) and math.isfinite(con)):
         return True
     return baseline_accuracy is not None and acc < baseline_accuracy - FAILURE_MARGIN
 
 
-def select(spec: SweepSpec, results: list[dict], baseline_accuracy: float | None = None) -> list[Selection]:
+def select(spec: SweepSpec, results: list[dict], baseline: Baseline | None = None) -> list[Selection]:
     """Best mean validation accuracy among configurations whose mean validation constraint value meets γ and none of
-    whose phase-1 seeds failed (:func:`failed_seed`): a configuration that collapses on some seeds cannot win on the
-    others, since a user of it gets a random seed.
+    whose phase-1 seeds failed (:func:`failed_seed`, against ``baseline(γ)``): a configuration that collapses on some
+    seeds cannot win on the others, since a user of it gets a random seed.
 
     ``results`` are completed phase-1 trials, each the trial dict plus ``val_accuracy`` and
     ``val_max_constraint`` (the reported checkpoint's values).
@@ -100,7 +126,6 @@ def select(spec: SweepSpec, results: list[dict], baseline_accuracy: float | None
             by_config: dict[int, list[dict]] = {}
             for r in rows:
                 by_config.setdefault(r["config_id"], []).append(r)
-            failed = {cid for cid, rs in by_config.items() if any(failed_seed(r, baseline_accuracy) for r in rs)}
             stats = {
                 cid: (
                     sum(r["val_accuracy"] for r in rs) / len(rs),
@@ -110,6 +135,8 @@ def select(spec: SweepSpec, results: list[dict], baseline_accuracy: float | None
                 for cid, rs in by_config.items()
             }
             for gamma in gammas:
+                bar = baseline(gamma) if baseline is not None else None
+                failed = {cid for cid, rs in by_config.items() if any(failed_seed(r, bar) for r in rs)}
                 feasible = {cid: s for cid, s in stats.items() if math.isfinite(s[1]) and s[1] <= gamma and cid not in failed}
                 if feasible:
                     cid = max(feasible, key=lambda c: (feasible[c][0], -c))

@@ -28,7 +28,7 @@ from pathlib import Path
 from raco_bench import tracking
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
-from raco_bench.sweeps.plan import Selection, auto_pack_size, make_packs, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.spec import SweepSpec
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
@@ -146,14 +146,6 @@ def sd(xs: list[float]) -> float:
     return (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan
 
 
-def majority_rate(labels) -> float:
-    """The best constant predictor's accuracy on ``labels``: the bar below which a phase-1 seed counts as failed."""
-    import numpy as np
-
-    counts = np.bincount(np.asarray(labels, dtype=np.int64))
-    return float(counts.max() / counts.sum())
-
-
 def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) -> tuple[str, list[dict]]:
     rows = []
     for sel in selections:
@@ -236,7 +228,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
           f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
     run_phase(spec, 1, trials1, args, uri, experiment_id, storage)
     results1 = phase_results(uri, experiment_id, spec, 1)
-    selections = select(spec, results1, majority_rate(ds.val.y))
+    labels = [int(y) for y in ds.val.y]
+    selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, labels, gamma))
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials1), "completed": len(results1),
                                                 "selected": sum(s.config_id is not None for s in selections)})
 
