@@ -180,12 +180,12 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                                             "test error", title, references=refs)
     if constraint == "false-negative-rate":
         report.files += figures.tradeoff_figure(agg, df, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
-                                                f"{dataset}: accuracy vs false-negative rate", minimise_y=False, references=refs,
+                                                f"{dataset}: accuracy vs false-negative rate" + reduced, minimise_y=False, references=refs,
                                                 reference_xy=lambda r: (r["violation"], 1 - r["error"]))
     if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
         report.files += figures.tradeoff_figure(agg, df, out, "worst_group_loss", "test_worst_group_loss", "test_error",
                                                 "test worst-group loss (max over groups of the mean cross-entropy; log scale)", "test error",
-                                                f"{dataset}: test error vs worst-group loss (bounded group loss)", xscale="log")
+                                                f"{dataset}: test error vs worst-group loss (bounded group loss)" + reduced, xscale="log")
     progress.advance("trade-off figures")
 
     for sel in selections:
