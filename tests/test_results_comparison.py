@@ -33,6 +33,7 @@ def test_dominance_and_matched_gamma_verdicts(tmp_path):
         # at 0.15 clearly better than RaCO-DP
         ("dp-fermi", 1.0, 0.05, 1, 5, 0.05, 0.01, 0.200, 0.002, 1.0), ("dp-fermi", 1.0, 0.10, 2, 5, 0.02, 0.01, 0.181, 0.002, 0.8),
         ("dp-fermi", 1.0, 0.15, 5, 5, 0.11, 0.01, 0.160, 0.002, 1.0),
+        ("dp-fermi", 1.0, 0.20, 5, 5, 0.11, 0.01, 0.160, 0.002, 1.0),  # DP-FERMI is trained without γ: the same model, one point
         # non-private SGDA: compared in every ε panel
         ("sgda", math.inf, 0.05, 0, 5, 0.03, 0.01, 0.165, 0.002, 1.0),
     ]
@@ -40,9 +41,12 @@ def test_dominance_and_matched_gamma_verdicts(tmp_path):
     table = compare(load_pages(tmp_path)).set_index("method")
     fermi = table.loc["dp-fermi"]
     assert fermi["their_points_dominated_by_raco_dp"] == pytest.approx(1 / 3)  # (0.05, 0.200) only
-    assert fermi["raco_dp_points_dominated_by_them"] == pytest.approx(1 / 2)  # (0.12, 0.170) by (0.11, 0.160)
+    # RaCO-DP takes γ as a training input: its configuration 3 at γ 0.05 and 0.10 is two models, two points
+    assert fermi["raco_dp_points_dominated_by_them"] == pytest.approx(1 / 3)  # (0.12, 0.170) by (0.11, 0.160)
     assert (fermi["gammas_compared"], fermi["raco_dp_lower_error"], fermi["within_noise"], fermi["raco_dp_higher_error"]) == (3, 1, 1, 1)
     assert fermi["raco_dp_share_meeting_gamma"] == pytest.approx((1 + 1 + 0.6) / 3) and fermi["privacy_notion"].endswith("(full)")
+    assert fermi["raco_dp_mean_error_matched"] == pytest.approx((0.180 + 0.180 + 0.170) / 3)  # γ 0.20: RaCO-DP has none
+    assert fermi["their_mean_error_matched"] == pytest.approx((0.200 + 0.181 + 0.160) / 3)
     sgda = table.loc["sgda"]
     assert sgda["epsilon"] == 1.0 and sgda["gammas_compared"] == 1 and sgda["raco_dp_higher_error"] == 1
     assert sgda["raco_dp_points_dominated_by_them"] == 1.0  # (0.03, 0.165) dominates both RaCO-DP points

@@ -5,13 +5,14 @@ the selected configuration's phase-2 mean and standard deviation on test. For ea
 method, the comparison states (docs/results.md):
 
 * **Pareto dominance** (the papers' Fig. 2 claim): of the other method's selected configurations (mean test error and
-  mean test violation over their phase-2 seeds; one point per configuration, even when it was selected for several
-  γ), the share that some RaCO-DP point dominates (no worse on both, better on one), and the converse share;
+  mean test violation over their phase-2 seeds; one point per model: a configuration of a method trained without γ
+  selected for several γ is one point), the share that some RaCO-DP point dominates (no worse on both, better on one), and the converse share;
 * **error at matched γ**: over the targets γ where both methods selected a configuration, how often RaCO-DP's mean
   test error is lower, equal within noise, or higher. "Within noise" is a difference below twice the standard error
   of the difference of the two means;
-* **satisfaction** (Fig. 3): the share of phase-2 runs whose test violation meets γ, averaged over the γ grid
-  (RaCO-DP's and the other method's).
+* **mean test error at matched γ**: RaCO-DP's and the other method's, averaged over the γ both selected for;
+* **satisfaction** (Fig. 3): the share of phase-2 runs whose test violation meets γ, averaged over the γ each method
+  selected a configuration for (RaCO-DP's and the other method's; a γ with no selection does not count).
 
 A non-private method (ε = ∞) is compared in every ε panel, as the figures draw it.
 """
@@ -54,9 +55,12 @@ def _dominated_share(theirs: np.ndarray, ours: np.ndarray) -> float:
     return float(np.mean([not non_dominated(np.vstack([ours, p[None, :]]))[-1] for p in theirs]))
 
 
-def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int]:
-    """(lower, within noise, higher): RaCO-DP's test error against theirs at each γ both selected a configuration for."""
+def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int, float, float]:
+    """(lower, within noise, higher, RaCO-DP's mean error, theirs): RaCO-DP's test error against theirs at each γ both
+    selected a configuration for; the mean errors are over those same γ."""
     both = ours.merge(theirs, on="gamma", suffixes=("_a", "_b"))
+    if both.empty:
+        return 0, 0, 0, math.nan, math.nan
     lower = tie = higher = 0
     for _, r in both.iterrows():
         se = math.sqrt(r["test_error_sd_a"] ** 2 / max(r["n_runs_a"], 1) + r["test_error_sd_b"] ** 2 / max(r["n_runs_b"], 1))
@@ -67,13 +71,22 @@ def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int]:
             lower += 1
         else:
             higher += 1
-    return lower, tie, higher
+    return lower, tie, higher, float(both["test_error_a"].mean()), float(both["test_error_b"].mean())
 
 
 def _points(sel: pd.DataFrame) -> np.ndarray:
-    """The distinct selected configurations' (mean test violation, mean test error): a configuration selected for
-    several γ is one point."""
-    return sel.drop_duplicates("config_id")[["test_violation", "test_error"]].to_numpy(dtype=float)
+    """The distinct selected models' (mean test violation, mean test error). For a method trained without γ
+    (``gamma_is_input`` false: DP-FERMI, PF-LD, …) a configuration selected for several γ is one model and one point;
+    for a method that takes γ as a training input, each (γ, configuration) is its own model."""
+    method = str(sel["method"].iloc[0]) if len(sel) else ""
+    try:
+        from raco_bench.methods import get_method
+
+        gamma_free = not get_method(method).gamma_is_input
+    except (KeyError, ValueError):
+        gamma_free = False
+    distinct = sel.drop_duplicates("config_id") if gamma_free else sel
+    return distinct[["test_violation", "test_error"]].to_numpy(dtype=float)
 
 
 def compare(selections: pd.DataFrame) -> pd.DataFrame:
@@ -87,14 +100,14 @@ def compare(selections: pd.DataFrame) -> pd.DataFrame:
                 continue
             panel = frame[((frame["epsilon"] == eps) | ~np.isfinite(frame["epsilon"])) & (frame["method"] != REFERENCE)]
             for method, theirs in panel.groupby("method"):
-                lower, tie, higher = _matched(ours, theirs)
+                lower, tie, higher, our_error, their_error = _matched(ours, theirs)
                 rows.append({
                     "study": study, "dataset": frame["dataset"].iloc[0], "constraint": frame["constraint"].iloc[0], "epsilon": eps,
                     "method": method, "privacy_notion": theirs["privacy_notion"].iloc[0],
                     "their_points_dominated_by_raco_dp": _dominated_share(_points(theirs), _points(ours)),
                     "raco_dp_points_dominated_by_them": _dominated_share(_points(ours), _points(theirs)),
                     "gammas_compared": lower + tie + higher, "raco_dp_lower_error": lower, "within_noise": tie, "raco_dp_higher_error": higher,
-                    "raco_dp_mean_error": float(ours["test_error"].mean()), "their_mean_error": float(theirs["test_error"].mean()),
+                    "raco_dp_mean_error_matched": our_error, "their_mean_error_matched": their_error,
                     "raco_dp_share_meeting_gamma": float(ours["share_meeting"].mean()), "their_share_meeting_gamma": float(theirs["share_meeting"].mean()),
                 })
     return pd.DataFrame(rows)
