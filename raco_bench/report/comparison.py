@@ -122,8 +122,10 @@ def write_comparison(root: Path) -> list[Path]:
     shown.columns = [c.replace("_", " ") for c in shown.columns]
     md.write_text(
         "# RaCO-DP against every other method, per study and ε\n\n"
-        "Written by `raco-bench results " + str(root) + "` from each page's phase2_runs.csv (docs/results.md). "
-        "Points are means over a selected configuration's phase-2 seeds; \"dominated\" means no better on either test error "
-        "or test violation; \"within noise\": the error difference is below twice its standard error. A non-private method "
-        "appears at every ε.\n\n" + shown.to_markdown(index=False) + "\n")
+        "Written by `raco-bench results " + str(root) + "` from each page's satisfaction.csv (docs/results.md). "
+        "A point is one selected model: its mean test violation and error over its phase-2 seeds. \"Dominated\": some point "
+        "of the other method is no worse on both and better on one. Errors are compared at the γ both methods selected for; "
+        "\"within noise\": the difference is below twice its standard error (phase-2 seeds only, not the selection's noise). "
+        "The share meeting γ is averaged over the γ each method selected for. A non-private method appears at every ε.\n\n"
+        + shown.to_markdown(index=False) + "\n")
     return [csv, md]
