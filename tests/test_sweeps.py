@@ -106,18 +106,18 @@ def test_the_failure_bar_is_the_best_constant_predictor_that_meets_the_constrain
     not the majority rate; with the majority rate every Heart configuration would count as failed."""
     from raco_bench.sweeps.plan import constant_predictor_accuracy
 
-    labels = [1] * 9 + [0] * 91  # 9 % positives, like Heart
-    assert constant_predictor_accuracy("demographic-parity", labels, 0.05) == pytest.approx(0.91)
-    assert constant_predictor_accuracy("equalized-odds", labels, 0.05) == pytest.approx(0.91)
-    assert constant_predictor_accuracy("false-negative-rate", labels, 0.5) == pytest.approx(0.5 * 0.91 + 0.5 * 0.09)  # p = 1 - γ
-    assert constant_predictor_accuracy("false-negative-rate", labels, 1.0) == pytest.approx(0.91)  # no bound: always negative
-    assert constant_predictor_accuracy("false-negative-rate", [1] * 70 + [0] * 30, 0.2) == pytest.approx(0.70)  # positives dominate
-    assert constant_predictor_accuracy("some-custom-rate", labels, 0.1) is None
+    rate = 0.09  # 9 % positives, like Heart
+    assert constant_predictor_accuracy("demographic-parity", rate, 0.05) == pytest.approx(0.91)
+    assert constant_predictor_accuracy("equalized-odds", rate, 0.05) == pytest.approx(0.91)
+    assert constant_predictor_accuracy("false-negative-rate", rate, 0.5) == pytest.approx(0.5 * 0.91 + 0.5 * 0.09)  # p = 1 - γ
+    assert constant_predictor_accuracy("false-negative-rate", rate, 1.0) == pytest.approx(0.91)  # no bound: always negative
+    assert constant_predictor_accuracy("false-negative-rate", 0.70, 0.2) == pytest.approx(0.70)  # positives dominate
+    assert constant_predictor_accuracy("some-custom-rate", rate, 0.1) is None
 
     spec = SweepSpec(dataset="heart", constraint="false-negative-rate", gammas=(0.5,), methods=("sgda",), n_configs=2, phase1_seeds=2)
     trials = phase1_trials(spec, 161722)
     results = [{**t, "val_accuracy": 0.85 if t["config_id"] == 0 else 0.40, "val_max_constraint": 0.45} for t in trials]
-    chosen = select(spec, results, lambda gamma: constant_predictor_accuracy(spec.constraint, labels, gamma))
+    chosen = select(spec, results, lambda gamma: constant_predictor_accuracy(spec.constraint, rate, gamma))
     assert [(s.config_id, s.n_failed) for s in chosen] == [(0, 1)]  # 0.85 < 0.91 is a useful FNR model; 0.40 < 0.50 collapsed
 
 

@@ -78,12 +78,11 @@ def _points(sel: pd.DataFrame) -> np.ndarray:
     """The distinct selected models' (mean test violation, mean test error). For a method trained without γ
     (``gamma_is_input`` false: DP-FERMI, PF-LD, …) a configuration selected for several γ is one model and one point;
     for a method that takes γ as a training input, each (γ, configuration) is its own model."""
-    method = str(sel["method"].iloc[0]) if len(sel) else ""
-    try:
-        from raco_bench.methods import get_method
+    from raco_bench.methods import method_class
 
-        gamma_free = not get_method(method).gamma_is_input
-    except (KeyError, ValueError):
+    try:
+        gamma_free = not method_class(str(sel["method"].iloc[0])).gamma_is_input if len(sel) else False
+    except ValueError:  # a method this installation does not know: each row its own model
         gamma_free = False
     distinct = sel.drop_duplicates("config_id") if gamma_free else sel
     return distinct[["test_violation", "test_error"]].to_numpy(dtype=float)

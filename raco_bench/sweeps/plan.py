@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raco_bench.methods import get_method
@@ -77,19 +77,17 @@ FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the 
 Baseline = Callable[[float], "float | None"]  # γ -> the failure bar's accuracy (None: only divergence counts as failure)
 
 
-def constant_predictor_accuracy(constraint: str, labels: Sequence[int], gamma: float) -> float | None:
-    """The best accuracy on ``labels`` of a constant, possibly randomised, binary predictor that meets ``constraint``
-    at slack γ: the bar a trained model must not fall below (docs/sweeps.md, "Failed seeds").
+def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:
+    """The best accuracy of a constant, possibly randomised, binary predictor that meets ``constraint`` at slack γ, on
+    labels whose share of positives is ``positive_rate``: the bar a trained model must not fall below (docs/sweeps.md,
+    "Seeds that fail").
 
     * demographic parity, equalized odds: every constant predictor has zero gaps, so the bar is the majority rate;
     * false-negative rate ≤ γ: predicting positive with probability p has FNR 1 − p, so p ≥ 1 − γ and the best such
       predictor reaches max(γ·r₀ + (1 − γ)·r₁, r₁), with r₀, r₁ the negative and positive rates;
     * any other constraint: None (no constant predictor is known to meet it; only divergence counts as failure).
     """
-    n = len(labels)
-    if n == 0:
-        return None
-    r1 = sum(1 for y in labels if int(y) == 1) / n
+    r1 = float(positive_rate)
     r0 = 1.0 - r1
     if constraint in ("demographic-parity", "equalized-odds"):
         return max(r0, r1)
