@@ -107,6 +107,7 @@ class FermiState:
     step: int
     stream: Stream
     inv_sqrt_p: torch.Tensor | None = None  # (contexts, G): 1/√p̂(s | context) from the released counts
+    released_counts: torch.Tensor | None = None  # the one release of the (context, group) counts (noisy in private modes)
 
 
 def cell_counts(ctx_ids: np.ndarray, s: np.ndarray, n_ctx: int, G: int) -> np.ndarray:
@@ -250,7 +251,7 @@ class DPFermi(Method):
         if h.privacy != "none":
             counts = counts + h.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype).view_as(counts)
         W = torch.zeros(plan.n_ctx, ds.n_groups, ds.n_classes, device=ctx.device)
-        return FermiState(params, W, 0, stream, conditional_rates(counts).rsqrt())
+        return FermiState(params, W, 0, stream, conditional_rates(counts).rsqrt(), counts)
 
     def theta_gradient_sum(self, ctx: Context, params: dict, batch: Batch, F: torch.Tensor, coef: torch.Tensor) -> dict:
         """Σ_i clip(∇_θ(ℓ_i + λψ̂_i), C_θ) (no clipping without privacy); the model computes it."""
@@ -283,7 +284,7 @@ class DPFermi(Method):
         if private:
             gw = gw + plan.sigma * h.clip_w * z[offset:].view_as(gw)
         W = project_frobenius(state.W + h.lr_w * h.fairness * gw / m, h.w_radius)
-        return FermiState(params, W, t, stream, state.inv_sqrt_p)
+        return FermiState(params, W, t, stream, state.inv_sqrt_p, state.released_counts)
 
     def report(self, ctx: Context, state: FermiState) -> dict:
         return {"w_norm": float(state.W.norm())}

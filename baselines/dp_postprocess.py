@@ -272,7 +272,7 @@ class DPPostprocess(Method):
         if table is None:
             return logits, None
         p1 = table.to(logits.dtype)[split.group, logits.argmax(1)]
-        u = Stream(ctx.run.seed, logits.device).uniform(0, len(p1), PREDICTION, logits.dtype)
+        u = ctx.stream().uniform(0, len(p1), PREDICTION, logits.dtype).to(logits.device)
         probs = torch.stack([1 - p1, p1], 1).clamp_min(1e-6)
         return probs.log(), (u < p1).long()
 

@@ -91,7 +91,10 @@ def _summary(result) -> str:
         lines.append(f"OUTSIDE THE BUDGET: {note}")
     if p["private"] and p.get("end_to_end"):
         lines.append("the printed epsilon covers the whole pipeline except hyperparameter tuning and the train/validation/test split")
-    for label, block in (("reported", rep), ("last iterate", last), ("paper-rule checkpoint [not privacy-accounted]", sel)):
+    blocks = [("reported", rep), ("last iterate", last)]
+    if "train" in last:  # the paper rule's checkpoint needs the exact training-set metrics (released only where asked, labelled)
+        blocks.append(("paper-rule checkpoint [not privacy-accounted]", sel))
+    for label, block in blocks:
         if not block:
             lines.append(f"{label}: none met the constraint on the training set")
             continue
@@ -111,7 +114,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     cfg = RunConfig(dataset=args.dataset, method=args.method, constraint=args.constraint, gamma=args.gamma,
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
-                    preprocessing=args.preprocessing, checkpoint=args.checkpoint)
+                    preprocessing=args.preprocessing, checkpoint=args.checkpoint, randomness=args.randomness,
+                    train_metrics=args.train_metrics)
     cfg = cfg.with_overrides(_parse_sets(args.set))
     if cfg.dataset not in DATASETS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}")
@@ -123,7 +127,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out = Path(args.json)
         if out.parent and not out.parent.exists():
             raise ValueError(f"the directory of --json {out} does not exist; create it first")
-    run = prepare_run(cfg)  # validates every hyperparameter and plans privacy before training
+    from raco_bench.privacy.counter_rng import Keystream
+
+    run = prepare_run(cfg, source=Keystream.for_mode(cfg.randomness, args.key_file))  # validates and plans privacy before training
     print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
           f"T = {run.ctx.steps}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
@@ -193,7 +199,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from raco_bench import tracking
 
     uri = None if args.no_mlflow else tracking.resolve_tracking_uri(args.tracking_uri)
-    handler = {"preprocessing": _audit_preprocessing, "whitebox": _audit_whitebox, "one-run": _audit_one_run}[args.audit]
+    handler = {"preprocessing": _audit_preprocessing, "whitebox": _audit_whitebox, "one-run": _audit_one_run, "replay": _audit_replay}[args.audit]
     results = handler(args, uri)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=float))
@@ -268,6 +274,28 @@ def _audit_one_run(args: argparse.Namespace, uri: str | None) -> list[dict]:
     return [row]
 
 
+def _audit_replay(args: argparse.Namespace, uri: str | None) -> list[dict]:
+    import torch
+
+    from raco_bench.audit.records import log_audit
+    from raco_bench.audit.replay import ReplayAttack, run_replay
+
+    rows = []
+    torch.set_num_threads(args.threads)
+    for mode in args.randomness:
+        attack = ReplayAttack(dataset=args.dataset, method=args.method, epsilon=args.epsilon, delta=args.delta, randomness=mode, runs=args.runs,
+                              train_rows=None if args.train_rows == 0 else args.train_rows, steps=args.steps, confidence=args.confidence,
+                              params=tuple({"batch_size": 256, **_parse_sets(args.set)}.items()))
+        attack.validate()
+        result = run_replay(attack, progress=lambda text: print(f"  {text}", file=sys.stderr, flush=True))
+        print(result.summary(), flush=True)
+        row = {"method": attack.method, "dataset": attack.dataset, "randomness": mode, **result.metrics()}
+        if uri is not None:
+            row["mlflow_run_id"] = log_audit(uri, "replay", result.params(), result.metrics(), result.note())
+        rows.append(row)
+    return rows
+
+
 def _set_keys_epilog() -> str:
     """Every method's ``--set`` keys with their defaults (imports the method plugins)."""
     import dataclasses
@@ -294,7 +322,8 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=float, default=d.gamma, help="constraint slack, the target γ (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=d.epsilon, help="privacy budget ε (default: %(default)s)")
     p.add_argument("--delta", type=float, default=d.delta, help="privacy δ (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="training seed: init, batches and noise (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="training seed: with the configuration, it names the run's random streams; "
+                                                             "under --randomness secret it does not determine them (default: %(default)s)")
     p.add_argument("--steps", type=int, default=None, help="number of steps T (default: the most the budget allows, capped at max_steps)")
     p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda (default: %(default)s)")
     p.add_argument("--preprocessing", default=d.preprocessing, choices=["public", "paper"],
@@ -305,6 +334,14 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "budget (--set selection_noise=50 --set selection_checkpoints=5); paper = selection OUTSIDE the budget (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a hyperparameter or run setting, repeatable, e.g. --set noise_multiplier=3 (keys below)")
+    p.add_argument("--randomness", default=d.randomness, choices=["secret", "reproducible"],
+                   help="secret: every draw keyed by a secret key from the OS, written nowhere, so the epsilon holds against whoever reads "
+                        "the output (seed included); reproducible: draws regenerable from the seed, labelled OUTSIDE THE BUDGET (default: %(default)s)")
+    p.add_argument("--key-file", default=None, help="secret randomness: keep the key in this file (created, mode 0600, if absent) to repeat a "
+                                                    "run exactly; keep it outside the tracking store and results (default: a fresh key, kept nowhere)")
+    p.add_argument("--train-metrics", action="store_true",
+                   help="also evaluate and release exact training-set metrics; they are statistics of the private rows, so the run "
+                        "lists them OUTSIDE THE BUDGET (default: off; checkpoint=paper reads them anyway)")
     p.add_argument("--json", default=None, help="write the resolved config, privacy plan and metrics to this file (default: none)")
     p.add_argument("--quiet", action="store_true", help="no progress lines (default: progress on stderr)")
     p.epilog = _set_keys_epilog()
@@ -335,6 +372,25 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     w.add_argument("--rows", type=int, default=d.rows, help="training rows of D, 0 = all; q is kept (default: %(default)s)")
     w.add_argument("--sampling-rate", type=float, default=None, help="q of the audited runs (default: the configuration's batch_size / n_train)")
     w.add_argument("--device", default="cpu", help="torch device of the audited runs, e.g. cuda (default: %(default)s)")
+
+    from raco_bench.audit.replay import ReplayAttack
+
+    r = audit.add_parser("replay", help="seed-replay membership attack: regenerate each run's noise from its logs (docs/audit.md)")
+    dr = ReplayAttack()
+    r.add_argument("--method", default=dr.method, choices=list(METHOD_NAMES), help="a private method with a record-level claim (default: %(default)s)")
+    r.add_argument("--dataset", default=dr.dataset, help="dataset (default: %(default)s)")
+    r.add_argument("--epsilon", type=float, default=dr.epsilon, help="claimed epsilon of each run (default: %(default)s)")
+    r.add_argument("--delta", type=float, default=dr.delta, help="delta (default: %(default)s)")
+    r.add_argument("--randomness", nargs="+", default=["reproducible", "secret"], choices=["reproducible", "secret"],
+                   help="the victims' randomness modes to attack (default: both)")
+    r.add_argument("--runs", type=int, default=dr.runs, help="released models per world (default: %(default)s)")
+    r.add_argument("--train-rows", type=int, default=dr.train_rows, help="training rows of D, 0 = all (default: %(default)s)")
+    r.add_argument("--steps", type=int, default=None, help="steps T of each run (default: the most the budget allows)")
+    r.add_argument("--confidence", type=float, default=dr.confidence, help="confidence of the lower bound (default: %(default)s)")
+    r.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="method hyperparameter override, repeatable (default: batch_size=256)")
+    _audit_common(r)
 
     o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)")
     d1 = _audit_run_args(o, OneRunAudit(), list(METHOD_NAMES), "claimed epsilon of the run")

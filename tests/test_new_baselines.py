@@ -55,7 +55,7 @@ def test_postprocessed_predictor_is_randomised_with_its_table(synthetic):
     """The evaluation's draw of Ỹ is 1 at the rate p[a, ŷ], per group."""
     cfg = RunConfig(dataset="synthetic", method="dp-postprocess", epsilon=4.0, steps=5, params={"batch_size": 128})
     run = prepare_run(cfg, synthetic)
-    split = run.evals["train"]
+    split = run.evals["test"]
     params = dict(run.method.init_state(run.ctx, __import__("raco_bench.privacy.counter_rng", fromlist=["Stream"]).Stream(0)).base.params)
     params["postprocess"] = torch.tensor([[0.3, 0.3], [0.8, 0.8]], dtype=torch.float64)
     log_probs, pred = run.method.eval_outputs(run.ctx, params, split)
@@ -66,7 +66,7 @@ def test_postprocessed_predictor_is_randomised_with_its_table(synthetic):
 
 
 def test_postprocess_run_meets_gamma_on_train_at_a_large_budget(synthetic):
-    cfg = RunConfig(dataset="synthetic", method="dp-postprocess", epsilon=20.0, gamma=0.05, params={"batch_size": 128})
+    cfg = RunConfig(dataset="synthetic", method="dp-postprocess", epsilon=20.0, gamma=0.05, params={"batch_size": 128}, train_metrics=True)
     result = execute(prepare_run(cfg, synthetic))
     assert result.reported["train"]["max_violation"] <= 0.03  # one draw of Ỹ, noisy counts: a small margin
     assert result.history[-1]["lp_slack"] == pytest.approx(0.0, abs=1e-6)
@@ -76,15 +76,17 @@ def test_postprocess_run_meets_gamma_on_train_at_a_large_budget(synthetic):
 def test_pfld_without_multipliers_is_plain_sgd(synthetic):
     """λ_max = 0: PF-LD's step is the suite's SGD step (same batches, same loss, same normalisation)."""
     common = {"dataset": "synthetic", "steps": 30, "eval_every": 30}
-    pf = execute(prepare_run(RunConfig(method="pf-ld", params={"lambda_max": 0.0, "privacy": "none", "batch_size": 128, "lr": 0.3}, **common), synthetic))
-    sgd = execute(prepare_run(RunConfig(method="sgd", params={"batch_size": 128, "lr": 0.3}, **common), synthetic))
+    pf = prepare_run(RunConfig(method="pf-ld", params={"lambda_max": 0.0, "privacy": "none", "batch_size": 128, "lr": 0.3}, **common), synthetic)
+    sgd = prepare_run(RunConfig(method="sgd", params={"batch_size": 128, "lr": 0.3}, **common), synthetic, source=pf.ctx.source)
+    sgd.ctx.stream_id = pf.ctx.stream_id  # two configurations draw distinct streams; here they must draw the same
+    pf, sgd = execute(pf), execute(sgd)
     for k in pf.final_params:
         np.testing.assert_allclose(pf.final_params[k], sgd.final_params[k], rtol=1e-4, atol=1e-6)
 
 
 def test_non_private_fld_reduces_the_parity_gap(adult):
     def gap(lambda_max: float) -> tuple[float, float]:
-        cfg = RunConfig(dataset="adult", method="pf-ld", steps=300, eval_every=100,
+        cfg = RunConfig(dataset="adult", method="pf-ld", steps=300, eval_every=100, train_metrics=True,
                         params={"lambda_max": lambda_max, "dual_lr": 1.0, "privacy": "none", "batch_size": 1024})
         result = execute(prepare_run(cfg, adult))
         return result.last["train"]["dp_gap"], max(e.get("lambda_max", 0.0) for e in result.history)

@@ -10,6 +10,7 @@ import torch
 from raco_bench.packs.lagrangian import chunks, pack_step, slot_bytes
 from raco_bench.packs.rows import GatheredRows, IndexedRows
 from raco_bench.packs.run import LagrangianEngine, pack_blocker, train_pack, train_runs
+from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
 
@@ -33,9 +34,12 @@ def products(request):
     return request.param
 
 
+SOURCE = Keystream(bytes(range(32)))  # one secret key for the pack and the runs alone: a pack equals its runs alone under a key
+
+
 def _runs(adult, specs, eval_every=10, checkpoint="last", constraint="demographic-parity"):
     return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=eval_every, checkpoint=checkpoint,
-                                  constraint=constraint), adult) for m, p, g, T, seed in specs]
+                                  constraint=constraint, train_metrics=True), adult, source=SOURCE) for m, p, g, T, seed in specs]
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> float:

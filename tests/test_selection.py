@@ -11,6 +11,7 @@ import torch
 
 from raco_bench.constraints import demographic_parity
 from raco_bench.privacy.accounting import SelectionRelease, StepMechanism, epsilon, max_steps
+from raco_bench.privacy.counter_rng import Keystream, Stream
 from raco_bench.training.evaluation import EvalSplit
 from raco_bench.training.selection import PrivateSelector, selection_steps, validation_counts
 
@@ -40,7 +41,7 @@ def test_selection_noise_is_laplace_with_the_stated_scale():
     split, rates = _split()
     logits = torch.randn(len(split.y), 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     exact = validation_counts(logits, split, rates.n_parts, 2)
-    selector = PrivateSelector.for_run(SelectionRelease(7.5, 1), rates, seed=3, device=torch.device("cpu"))
+    selector = PrivateSelector.for_run(SelectionRelease(7.5, 1), rates, Stream(3, "cpu", Keystream(bytes(32))))
     for t in range(2000):
         selector.observe(t, logits, split)
     noise = torch.stack([e["noisy_counts"] for e in selector.releases]) - exact

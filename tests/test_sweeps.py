@@ -145,13 +145,15 @@ def test_file_store_is_refused():
 
 
 # ---------------------------------------------------------------------------- idempotent logging
+TEST_KEY = bytes(range(32))  # the sweep's secret key (a retried attempt draws from the same key, as a sweep's trials do)
+
 def _run_alone(trial: dict, uri: str, exp: str, parent: str, flush_every_s: float = 10.0) -> dict:
     """One configuration as a pack of one, with its own run (as phase 2 logs every configuration)."""
     from raco_bench.sweeps.plan import make_packs
     from raco_bench.sweeps.trial import execute_pack
 
     (pack,) = make_packs([trial], 1)
-    return execute_pack({**pack, "child_runs": True}, uri, exp, parent, flush_every_s=flush_every_s)
+    return execute_pack({**pack, "child_runs": True}, uri, exp, parent, flush_every_s=flush_every_s, key=TEST_KEY)
 
 
 def test_trial_logging_is_idempotent(tmp_path):

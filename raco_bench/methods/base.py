@@ -34,7 +34,7 @@ from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import TabularDataset
 from raco_bench.models import Params
 from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
-from raco_bench.privacy.counter_rng import Stream
+from raco_bench.privacy.counter_rng import REPRODUCIBLE, Keystream, Stream
 from raco_bench.settings import check_positive, parse_dataclass, parse_value
 
 __all__ = ["Budget", "Context", "Method", "PrivacyPlan", "check_positive", "parse_dataclass", "parse_value"]
@@ -99,6 +99,12 @@ class Context:
     steps: int = 0
     privacy: dict = field(default_factory=dict)
     plan: Any = None
+    source: Keystream = REPRODUCIBLE  # the run's word source: secret (keyed) or reproducible (docs/privacy.md, "Threat model")
+    stream_id: int = 0  # the run's stream: its configuration and seed (raco_bench.training.config.stream_id)
+
+    def stream(self) -> Stream:
+        """The run's random numbers: every draw of the run comes from here (or from a pack drawing the same)."""
+        return Stream(self.stream_id, self.device, self.source)
 
     @property
     def n_train(self) -> int:

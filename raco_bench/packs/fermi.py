@@ -35,6 +35,7 @@ class FermiPackSettings:
     noise_w: torch.Tensor  # σ·C_W
     radius: torch.Tensor
     private: bool
+    source: rng.Keystream = rng.REPRODUCIBLE  # the pack's word source (one for every configuration)
 
     @property
     def size(self) -> int:
@@ -97,7 +98,7 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     products = products or rows_for(data.X.device)
     t = state.step + 1
     K = s.size
-    rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
+    rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
     table = torch.index_select(data.table, 0, rows.reshape(-1)).view(*rows.shape, -1)
     batch = products(data.X, rows)
     cb, sb = ctx_ids[rows], groups[rows]  # K × M
@@ -131,7 +132,7 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     gW = -2.0 * state.W * per_ctx[:, :, None, :] + 2.0 * cell
     if s.private:
         d = grad_w.shape[2]
-        z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN), c * d + c + n_ctx * G * c).to(grad_w.dtype)
+        z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + n_ctx * G * c).to(grad_w.dtype)
         grad_w = grad_w + s.noise_theta[:, None, None] * z[:, : c * d].view_as(grad_w)
         grad_b = grad_b + s.noise_theta[:, None] * z[:, c * d : c * d + c]
         gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)

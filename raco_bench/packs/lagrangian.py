@@ -52,7 +52,7 @@ def put_rows(whole, index: torch.Tensor, part):
 class PackSettings:
     """Per-configuration numbers of a pack (vectors of length K; J columns for γ)."""
 
-    seeds: torch.Tensor  # int64
+    seeds: torch.Tensor  # int64: each configuration's stream id (raco_bench.training.config.stream_id)
     steps: torch.Tensor  # int64, T_k
     sampling_rate: torch.Tensor  # float64, q_k
     expected_batch: torch.Tensor  # B_k
@@ -69,6 +69,7 @@ class PackSettings:
     gamma: torch.Tensor  # K × J
     private: bool
     constrained: bool
+    source: rng.Keystream = rng.REPRODUCIBLE  # the pack's word source (one for every configuration)
 
     @property
     def size(self) -> int:
@@ -171,10 +172,10 @@ class StepNoise:
 
     @staticmethod
     def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
-        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH), data.n, s.sampling_rate)
+        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
         c, d = data.n_classes, data.X.shape[1]
-        lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE), data.n_parts * c) if s.private and s.constrained else None
-        gauss = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN), c * d + c) if s.private else None
+        lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE, s.source), data.n_parts * c) if s.private and s.constrained else None
+        gauss = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c) if s.private else None
         return StepNoise(rows, valid, lap, gauss)
 
 

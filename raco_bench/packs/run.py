@@ -27,7 +27,6 @@ from raco_bench.methods.raco_dp import LagrangianSGDA, lagrangian_report
 from raco_bench.packs.fermi import FermiPackSettings, FermiPackState, fermi_pack_step
 from raco_bench.packs.lagrangian import PackData, PackSettings, PackState, pack_step
 from raco_bench.packs.rows import RowProducts, rows_for
-from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
@@ -46,7 +45,7 @@ def lagrangian_settings(runs: list[Run]) -> PackSettings:
     st = [r.ctx.plan.settings for r in runs]
     method = runs[0].method
     return PackSettings(
-        seeds=vec([r.ctx.run.seed for r in runs], torch.int64),
+        seeds=vec([r.ctx.stream_id for r in runs], torch.int64),
         steps=vec([r.ctx.steps for r in runs], torch.int64),
         sampling_rate=vec([s.sampling_rate for s in st], torch.float64),
         expected_batch=vec([s.expected_batch for s in st]),
@@ -63,6 +62,7 @@ def lagrangian_settings(runs: list[Run]) -> PackSettings:
         gamma=torch.stack([r.ctx.rates.gamma for r in runs]) if method.constrained else torch.zeros(len(runs), 0, device=dev),
         private=method.private,
         constrained=method.constrained,
+        source=runs[0].ctx.source,
     )
 
 
@@ -87,7 +87,7 @@ class LagrangianEngine(_LinearEngine):
         first = runs[0]
         self.settings = lagrangian_settings(runs)
         self.steps = self.settings.steps
-        init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
+        init = [first.method.init_state(r.ctx, r.ctx.stream()) for r in runs]
         K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
         self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
                                torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
@@ -107,20 +107,20 @@ class FermiEngine(_LinearEngine):
 
     def __init__(self, runs: list[Run], products: RowProducts | None = None) -> None:
         first = runs[0]
-        init = [first.method.init_state(r.ctx, Stream(r.ctx.run.seed, r.ctx.device)) for r in runs]
+        init = [first.method.init_state(r.ctx, r.ctx.stream()) for r in runs]
         h = [r.ctx.hyper for r in runs]
         self.products = products or rows_for(first.ctx.device)
         private = h[0].privacy != "none"
         vec = lambda values, dtype=torch.float32: _vector(runs, values, dtype)  # noqa: E731
 
         self.settings = FermiPackSettings(
-            seeds=vec([r.ctx.run.seed for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
+            seeds=vec([r.ctx.stream_id for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
             sampling_rate=vec([r.ctx.plan.q for r in runs], torch.float64), batch=vec([float(x.batch_size) for x in h]),
             lr=vec([x.lr for x in h]), lr_w=vec([x.lr_w for x in h]), fairness=vec([x.fairness for x in h]),
             clip_theta=vec([x.clip_theta if private else INF for x in h]), clip_w=vec([x.clip_w if private else INF for x in h]),
             noise_theta=vec([r.ctx.plan.sigma * x.clip_theta if private else 0.0 for r, x in zip(runs, h)]),
             noise_w=vec([r.ctx.plan.sigma * x.clip_w if private else 0.0 for r, x in zip(runs, h)]),
-            radius=vec([x.w_radius for x in h]), private=private)
+            radius=vec([x.w_radius for x in h]), private=private, source=first.ctx.source)
         self.steps = self.settings.steps
         self.state = FermiPackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
                                     torch.stack([i.W for i in init]), torch.stack([i.inv_sqrt_p for i in init]), 0)
@@ -160,7 +160,7 @@ def _compatible(a: Run, b: Run) -> bool:
         a.ctx.rates is None or (torch.equal(a.ctx.rates.membership, b.ctx.rates.membership) and torch.equal(a.ctx.rates.weights, b.ctx.rates.weights)))
     same_mode = getattr(a.ctx.hyper, "privacy", None) == getattr(b.ctx.hyper, "privacy", None)  # DP-FERMI: one privacy mode per pack
     return (type(a.method) is type(b.method) and a.ctx.dataset is b.ctx.dataset and pa.data.table.shape == pb.data.table.shape
-            and a.ctx.device == b.ctx.device and same_rates and same_mode and set(a.evals) == set(b.evals))
+            and a.ctx.device == b.ctx.device and a.ctx.source is b.ctx.source and same_rates and same_mode and set(a.evals) == set(b.evals))
 
 
 def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None) -> list[RunResult]:
@@ -171,7 +171,8 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         if why is not None:
             raise ValueError(f"run {r.ctx.run.method} seed {r.ctx.run.seed} cannot join a pack: {why}")
         if not _compatible(runs[0], r):
-            raise ValueError("a pack holds runs of one method (and one privacy mode) on the same training data, constraints and device")
+            raise ValueError("a pack holds runs of one method (and one privacy mode) on the same training data, constraints, device and word source "
+                             "(prepare its runs with one Keystream: prepare_run(..., source=...))")
     first = runs[0]
     ctx0 = first.ctx
     engine = _engine(first)(runs, products)

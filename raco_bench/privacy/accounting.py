@@ -127,6 +127,7 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
+@lru_cache(maxsize=4096)  # a pure function of value objects: packs of one mechanism plan it once
 def epsilon(mech: StepMechanism, steps: int, delta: float, selection: SelectionRelease | None = None) -> float:
     """ε spent by ``steps`` steps of ``mech`` (and the private checkpoint selection, if any) at ``delta`` (∞ without noise)."""
     _check_delta(delta)
@@ -137,6 +138,7 @@ def epsilon(mech: StepMechanism, steps: int, delta: float, selection: SelectionR
     return _epsilon(step_pld(mech), steps, delta, selection)
 
 
+@lru_cache(maxsize=4096)  # a pure function of value objects: packs of one mechanism plan it once
 def separate_composition_epsilon(mech: StepMechanism, steps: int, delta: float) -> float | None:
     """The ε that composing the two subsampled mechanisms separately claims (what the reference
     implementation reports). For a shared batch this UNDERSTATES the real ε; None when the step

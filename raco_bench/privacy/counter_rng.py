@@ -19,13 +19,25 @@ Bernoulli(q) trials the gaps between successes are iid Geometric(q) on {1, 2, �
 G = ⌊log U / log(1 − q)⌋ + 1 gives exactly the distribution of Poisson sampling while drawing about
 q·n numbers instead of n. Batches are never truncated or padded (docs/methods/raco-dp.md, D14), and
 everything downstream divides by the expected batch size q·n (D3). Like torch's own generators this
-is a statistical, not a cryptographic, generator (docs/privacy.md, "Random numbers").
+is a statistical generator: it is the ``reproducible`` word source.
+
+The ``secret`` word source (:class:`Keystream` with a key) keeps the same counter addressing and
+replaces the words: the words of stream (id, step, purpose) are the AES-256-CTR keystream under a
+secret key from the operating system, with the 128-bit counter block
+``key(id, step, purpose) ‖ step·2⁴⁰ + purpose·2³² + block`` (:func:`secret_words`). The block is
+injective in (id, step, purpose, block index), so no two streams share a counter, and without the key
+the words are indistinguishable from random (AES as a pseudorandom permutation): the ε a run claims
+then holds against anyone who reads its logs, seed included (docs/privacy.md, "Threat model").
 """
 
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import torch
 
 # purposes: one stream per (seed, step, purpose)
@@ -51,17 +63,139 @@ def mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def stream_keys(seeds: torch.Tensor, step: torch.Tensor | int, purpose: int) -> torch.Tensor:
-    """The key of each configuration's stream for ``purpose`` at ``step`` (int64, shape of ``seeds``)."""
+RANDOMNESS_MODES = ("secret", "reproducible")
+KEY_BYTES = 32  # AES-256
+_MAX_STEP = 1 << 23  # the counter block's step field (steps above this are refused)
+_MAX_BLOCK = 1 << 32  # 128-bit blocks per stream (2³³ words)
+
+
+@dataclass(frozen=True, eq=False)
+class Keystream:
+    """Where the words of every stream come from: SplitMix64 of the stream key (``reproducible``: anyone who
+    knows the seed and the settings regenerates every draw) or AES-256-CTR under a secret key (``secret``).
+
+    The key is never printed, logged or pickled into a result: ``repr`` hides it, and a trial receives it
+    through Ray's object store (docs/privacy.md, "Threat model")."""
+
+    secret: bytes | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.secret is not None and len(self.secret) != KEY_BYTES:
+            raise ValueError(f"a secret key has {KEY_BYTES} bytes, got {len(self.secret)}")
+
+    @property
+    def mode(self) -> str:
+        return "reproducible" if self.secret is None else "secret"
+
+    @staticmethod
+    def fresh() -> "Keystream":
+        """A new secret key from the operating system's generator (``os.urandom``)."""
+        return Keystream(os.urandom(KEY_BYTES))
+
+    @staticmethod
+    def for_mode(mode: str, key_file: str | Path | None = None) -> "Keystream":
+        """The word source of a run or sweep in ``mode``: reproducible, or secret with a fresh key (or the key
+        kept in ``key_file``, created there when absent)."""
+        if mode not in RANDOMNESS_MODES:
+            raise ValueError(f"invalid randomness={mode!r}: choose one of {RANDOMNESS_MODES}")
+        if mode == "reproducible":
+            if key_file is not None:
+                raise ValueError("--key-file holds a secret key: it applies only to --randomness secret")
+            return REPRODUCIBLE
+        return Keystream(load_or_create_key(Path(key_file))) if key_file is not None else Keystream.fresh()
+
+    def words(self, keys: "StreamKeys", start: int, count: int) -> torch.Tensor:
+        if self.secret is None:
+            i = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=keys.device)
+            return mix(keys.key[..., None] + i * _GAMMA)
+        return secret_words(self.secret, keys, start, count)
+
+
+REPRODUCIBLE = Keystream()
+
+
+def load_or_create_key(path: Path) -> bytes:
+    """The secret key kept in ``path`` (hex), created with mode 0600 when the file does not exist. The key file is
+    the user's to keep: it must never sit in a tracking store or a results folder."""
+    if path.exists():
+        text = path.read_text().strip()
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"key file {path} does not hold a {KEY_BYTES}-byte key in hex; remove it to create a new one")
+        return key
+    if not path.parent.exists():
+        raise ValueError(f"the directory of --key-file {path} does not exist; create it first")
+    key = os.urandom(KEY_BYTES)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex() + "\n")
+    return key
+
+
+@dataclass(frozen=True)
+class StreamKeys:
+    """The streams of many configurations for one (step, purpose): the 64-bit SplitMix64 key of each and the
+    (step, purpose) tag that completes its AES counter block, plus the word source."""
+
+    key: torch.Tensor  # int64
+    tag: torch.Tensor  # int64: step·2⁴⁰ + purpose·2³²
+    source: Keystream = REPRODUCIBLE
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.key.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.key.device
+
+    def __getitem__(self, index) -> "StreamKeys":
+        return StreamKeys(self.key[index], self.tag[index], self.source)
+
+
+def stream_keys(seeds: torch.Tensor, step: torch.Tensor | int, purpose: int, source: Keystream = REPRODUCIBLE) -> StreamKeys:
+    """The key of each configuration's stream for ``purpose`` at ``step`` (shape of ``seeds``), in ``source``."""
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
     step = torch.as_tensor(step, dtype=torch.int64, device=seeds.device)
-    return mix(mix(seeds ^ _SEED_SALT) + mix(step * _STEP_MULT + purpose))
+    key = mix(mix(seeds ^ _SEED_SALT) + mix(step * _STEP_MULT + purpose))
+    if source.secret is not None and bool((step >= _MAX_STEP).any() | (step < 0).any()):
+        raise ValueError(f"step {step.max().item()} is outside the secret generator's counter range [0, {_MAX_STEP})")
+    tag = torch.broadcast_to(step * (1 << 40) + purpose * (1 << 32), key.shape)
+    return StreamKeys(key, tag, source)
 
 
-def words(keys: torch.Tensor, start: int, count: int) -> torch.Tensor:
+def secret_words(secret: bytes, keys: StreamKeys, start: int, count: int) -> torch.Tensor:
+    """Words ``start … start+count−1`` of each stream's AES-256-CTR keystream (one OpenSSL call for every stream).
+
+    Block j of a stream is AES_k(hi ‖ lo) with hi = the stream key and lo = tag + j (both big-endian, so this is
+    exactly CTR mode started at hi ‖ tag); its 16 bytes are two little-endian 64-bit words."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    if count <= 0:
+        return torch.zeros(*keys.shape, 0, dtype=torch.int64, device=keys.device)
+    first, last = start // 2, (start + count - 1) // 2
+    n_blocks = last - first + 1
+    if last >= _MAX_BLOCK:
+        raise ValueError(f"a stream of the secret generator holds at most {2 * _MAX_BLOCK} words")
+    shape = keys.shape
+    hi = keys.key.reshape(-1).cpu().numpy().view(np.uint64)
+    lo = keys.tag.reshape(-1).cpu().numpy().view(np.uint64)
+    blocks = np.empty((hi.shape[0], n_blocks, 2), dtype=np.uint64)
+    blocks[:, :, 0] = hi[:, None]
+    blocks[:, :, 1] = lo[:, None] + np.arange(first, last + 1, dtype=np.uint64)[None, :]
+    blocks.byteswap(inplace=True)
+    stream = np.empty(blocks.nbytes + 15, dtype=np.uint8)  # update_into wants room for one more block
+    Cipher(algorithms.AES(secret), modes.ECB()).encryptor().update_into(blocks.tobytes(), stream)  # ECB of counter blocks = CTR keystream
+    out = stream[: blocks.nbytes].view("<i8").reshape(hi.shape[0], 2 * n_blocks)[:, start - 2 * first : start - 2 * first + count]
+    return torch.from_numpy(np.ascontiguousarray(out)).to(keys.device).reshape(*shape, count)
+
+
+def words(keys: StreamKeys, start: int, count: int) -> torch.Tensor:
     """Words ``start … start+count−1`` of each key's stream: shape ``keys.shape + (count,)``."""
-    i = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=keys.device)
-    return mix(keys[..., None] + i * _GAMMA)
+    return keys.source.words(keys, start, count)
 
 
 def uniform(keys: torch.Tensor, count: int, start: int = 0) -> torch.Tensor:
@@ -132,19 +266,20 @@ SECOND_GAUSSIAN, STAGE_ONE, PREDICTION = 7, 8, 9
 
 
 class Stream:
-    """One configuration's random numbers: draws by (step, purpose) from the counter generator, seeded by the run seed.
+    """One configuration's random numbers: draws by (step, purpose) from the counter generator, addressed by the run's
+    stream id (:func:`raco_bench.training.config.stream_id`: its configuration and seed) in the run's word source.
 
     A run's step t (1-based) draws its batch, Gaussian and Laplace noise from the streams of (seed, t);
     initial parameters come from step 0. :mod:`raco_bench.packs` draws the same numbers for many
     seeds at once.
     """
 
-    def __init__(self, seed: int, device: torch.device | str = "cpu") -> None:
-        self.seed, self.device = int(seed), torch.device(device)
+    def __init__(self, seed: int, device: torch.device | str = "cpu", source: Keystream = REPRODUCIBLE) -> None:
+        self.seed, self.device, self.source = int(seed), torch.device(device), source
         self._seed = torch.tensor([self.seed], dtype=torch.int64, device=self.device)
 
-    def key(self, step: int, purpose: int) -> torch.Tensor:
-        return stream_keys(self._seed, step, purpose)
+    def key(self, step: int, purpose: int) -> StreamKeys:
+        return stream_keys(self._seed, step, purpose, self.source)
 
     def batch(self, step: int, n: int, q: float, purpose: int = BATCH) -> torch.Tensor:
         """Sorted row indices of the step's Poisson sample."""

@@ -39,6 +39,11 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
     p.add_argument("--tuning-repeats", type=int,
                    help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
+    p.add_argument("--randomness", choices=["secret", "reproducible"],
+                   help="secret (default): every draw is keyed by a secret key from the OS, written nowhere, so the epsilon holds against "
+                        "the logs; reproducible: draws regenerable from the logged seeds (research runs; labelled OUTSIDE THE BUDGET)")
+    p.add_argument("--key-file", help="secret randomness: keep the sweep's key in this file (created, mode 0600, if absent) so that "
+                                      "--resume continues with the same key; keep it outside the tracking store and results")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
     p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
@@ -60,6 +65,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
         "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
         "tuning": args.tuning, "tuning_mean": args.tuning_mean, "tuning_shape": args.tuning_shape, "tuning_repeats": args.tuning_repeats,
+        "randomness": args.randomness,
     }
     if args.tuning == "accounted" and args.checkpoint is None:
         overrides["checkpoint"] = "private"  # the search selects on the noisy validation scores each run releases

@@ -32,7 +32,7 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
         "constraint": spec.constraint, "method": method, "epsilon": epsilon, "gamma": gamma, "delta": spec.delta,
         "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
         "preprocessing": spec.preprocessing, "checkpoint": spec.checkpoint,
-        "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints,
+        "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
     }
     t["trial_key"] = trial_key(t)
     return t

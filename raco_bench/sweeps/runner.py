@@ -50,8 +50,23 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
     return ds, tracking.resolve_tracking_uri(tracking_uri)
 
 
+def sweep_key(spec: SweepSpec, args) -> bytes | None:
+    """The sweep's secret key (``randomness=secret``): from ``--key-file`` (created there if absent), else fresh from the
+    OS for this invocation only, so a ``--resume`` without the file trains what is left under a new key."""
+    from raco_bench.privacy.counter_rng import Keystream
+
+    source = Keystream.for_mode(spec.randomness, getattr(args, "key_file", None))
+    if source.secret is not None and getattr(args, "key_file", None) is None and args.resume:
+        print("[sweep] secret randomness without --key-file: what is left trains under a new key (docs/privacy.md, \"Threat model\")",
+              flush=True)
+    if spec.randomness == "reproducible":
+        print("[sweep] randomness=reproducible: every draw can be regenerated from the logged seeds, so the epsilon holds only if "
+              "they are secret; every run says so (OUTSIDE THE BUDGET)", flush=True)
+    return source.secret
+
+
 # ------------------------------------------------------------------------------------------ Tune
-def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str) -> None:
+def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack); trials already recorded by a complete pack are not rerun."""
     import ray
     from ray import tune
@@ -74,7 +89,8 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
         return
     env = {k: os.environ[k] for k in ENV_FORWARD if k in os.environ}
     trainable = tune.with_resources(
-        tune.with_parameters(tune_trainable, tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent, device=device, env=env),
+        tune.with_parameters(tune_trainable, tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent, device=device, env=env,
+                             key=key),  # the secret key travels in Ray's object store, never in a trial's config
         resources,
     )
     name = f"{spec.experiment}-{spec.sweep_id}-phase{phase}"
@@ -206,6 +222,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     import ray
 
     ds, uri = validate(spec, args.tracking_uri)
+    key = sweep_key(spec, args)
     raw = args.storage_path or os.environ.get("RACO_BENCH_STORAGE") or "ray_results"
     storage = raw if "://" in raw else str(Path(raw).resolve())  # local path, NFS mount or s3://…
     t0 = time.perf_counter()
@@ -220,13 +237,13 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     record_provenance(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ray.cluster_resources())
 
     if spec.tuning == "accounted":
-        return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0)
+        return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key)
     trials1 = phase1_trials(spec, len(ds.train))
     confirm(spec, trials1, args, ray.cluster_resources().get("CPU", 1.0))
     cal = calibrate(spec, trials1, len(ds.train))
     print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, "
           f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
-    run_phase(spec, 1, trials1, args, uri, experiment_id, storage)
+    run_phase(spec, 1, trials1, args, uri, experiment_id, storage, key)
     results1 = phase_results(uri, experiment_id, spec, 1)
     positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
     selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
@@ -236,7 +253,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     trials2 = phase2_trials(spec, selections)
     calibrate(spec, trials2, len(ds.train))
     print(f"[sweep] phase 2: {len(trials2)} trials (winners x {spec.phase2_seeds} fresh seeds)", flush=True)
-    run_phase(spec, 2, trials2, args, uri, experiment_id, storage)
+    run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key)
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
     elapsed = time.perf_counter() - t0
@@ -291,7 +308,7 @@ def record_provenance(uri: str, parent: str, resources: dict) -> None:
     tracking.retry(lambda: tracking.client(uri).log_batch(parent, tags=[RunTag(k, v[:4900]) for k, v in tags.items()]))
 
 
-def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float) -> dict:
+def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float, key: bytes | None) -> dict:
     """``--tuning accounted``: every repetition's private random search in one phase, then the releases
     (:mod:`raco_bench.sweeps.accounted`); there is no phase 2, the released runs are the result."""
     import ray
@@ -306,7 +323,7 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
                   f"the reference run (defaults) takes T={ref.steps}; the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
                   f"(delta {spec.delta:g}), tuning included", flush=True)
     confirm(spec, trials, args, ray.cluster_resources().get("CPU", 1.0))
-    run_phase(spec, 1, trials, args, uri, experiment_id, storage)
+    run_phase(spec, 1, trials, args, uri, experiment_id, storage, key)
     results = phase_results(uri, experiment_id, spec, 1)
     releases = select_released(spec, results)
     text, rows = summarize_released(spec, releases, results)

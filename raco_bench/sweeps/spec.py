@@ -35,6 +35,7 @@ class SweepSpec:
     tuning_mean: float = 10.0  # accounted: E[K], the mean number of configurations per search
     tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
+    randomness: str = "secret"  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
 
     @property
     def selection(self):
@@ -67,6 +68,10 @@ class SweepSpec:
         if self.checkpoint not in CHECKPOINT_RULES:
             raise ValueError(f"invalid checkpoint={self.checkpoint!r}: choose one of {tuple(CHECKPOINT_RULES)}")
         self.selection  # validates the private selection's settings
+        from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
+
+        if self.randomness not in RANDOMNESS_MODES:
+            raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES}")
         from raco_bench.sweeps.accounted import TUNING_MODES
 
         if self.tuning not in TUNING_MODES:

@@ -91,7 +91,7 @@ def _device(requested: str) -> tuple[str, str]:
 def history_points(entry: dict) -> list[tracking.Point]:
     """One evaluation's step-indexed points: ``eval/<split>_<metric>`` and whatever the method's report() returns as ``eval/<name>``."""
     step = entry["step"]
-    points = [(f"eval/{split}_{k}", float(entry[split][k]), step) for split in ("train", "val", "test")
+    points = [(f"eval/{split}_{k}", float(entry[split][k]), step) for split in ("train", "val", "test") if split in entry
               for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
     points += [(f"eval/{k}", float(v), step) for k, v in entry.items() if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]
     return points
@@ -107,6 +107,7 @@ def run_config(trial: dict, device: str):
         params={**trial["params"], **trial.get("calibrated", {})},
         preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
         selection_noise=trial.get("selection_noise", 50.0), selection_checkpoints=trial.get("selection_checkpoints", 5),
+        randomness=trial.get("randomness", "secret"), train_metrics=trial.get("train_metrics", False),
     )
 
 
@@ -115,8 +116,9 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     reported = result.reported
     metrics: dict[str, float] = {}
     for split in ("train", "val", "test"):
-        metrics.update(_flat(f"{split}_", reported[split]))
-        metrics.update(_flat(f"last_{split}_", result.last[split]))
+        if split in reported:  # the training split only where the run releases its exact metrics (labelled)
+            metrics.update(_flat(f"{split}_", reported[split]))
+            metrics.update(_flat(f"last_{split}_", result.last[split]))
     p = result.privacy
     metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"],
                    reported_step=float(reported.get("step", result.steps)))
@@ -139,6 +141,7 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     params.update({f"privacy.{k}": v for k, v in p.items() if k != "outside_budget" and (not isinstance(v, float) or math.isfinite(v))})
     cfg = result.config
     tags = {"checkpoint": cfg["checkpoint"], "checkpoint_note": reported["rule_note"], "privacy_notion": str(p.get("notion")),
+            "randomness": cfg["randomness"],
             "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(p["outside_budget"]) or "none",
             "method_style": ",".join(get_method(cfg["method"]).style)}
     return metrics, params, tags
@@ -196,7 +199,7 @@ class ChildRun:
 
 
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
-                 flush_every_s: float = 10.0) -> dict:
+                 flush_every_s: float = 10.0, key: bytes | None = None) -> dict:
     """Train and log one pack (its configurations in lockstep where a batched engine exists, see
     :mod:`raco_bench.packs`); a pack already complete in MLflow is returned without retraining.
 
@@ -205,6 +208,9 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     last parameters per configuration). While it trains it streams ``pack/*`` curves (the step and the best
     validation accuracy among the configurations evaluated there). With ``child_runs`` (phase 2) every
     configuration also gets its own run with everything a single run has, its MLflow model included.
+
+    ``key`` is the sweep's secret key (``randomness=secret``): every configuration of the pack draws from it, each
+    from its own stream. It reaches the trial through Ray's object store and is written nowhere.
     """
     import pandas as pd
     import torch
@@ -223,7 +229,8 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     trained = [t for t in members if not t.get("skip")]
     cfgs = [run_config(t, device) for t in trained]
     dataset = _dataset(first["dataset"], cfgs[0].split_seed if cfgs else 0, first.get("preprocessing", "public"))
-    runs = [prepare_run(cfg, dataset) for cfg in cfgs]
+    source = pack_source(first.get("randomness", "secret"), key)
+    runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
     children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s) for t in trained] if pack.get("child_runs") else []
     best: dict[int, float] = {}
@@ -276,12 +283,25 @@ def pack_summary(table) -> dict:
     return out
 
 
-def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict) -> None:
-    """The Ray Tune function trainable: one trial is one pack."""
+def pack_source(randomness: str, key: bytes | None):
+    """The word source of a pack: the sweep's secret key, or the reproducible generator."""
+    from raco_bench.privacy.counter_rng import REPRODUCIBLE, Keystream
+
+    if randomness == "reproducible":
+        return REPRODUCIBLE
+    if key is None:
+        raise ValueError("a pack with randomness=secret needs the sweep's key (execute_pack(..., key=...))")
+    return Keystream(key)
+
+
+def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict,
+                   key: bytes | None = None) -> None:
+    """The Ray Tune function trainable: one trial is one pack. ``key`` (secret randomness) comes through
+    ``tune.with_parameters``, i.e. Ray's object store, never through the trial's config (which Tune writes to disk)."""
     import os
 
     from ray import tune
 
     os.environ.update(env)
-    summary = execute_pack(config["pack"], tracking_uri, experiment_id, parent_run_id, device)
+    summary = execute_pack(config["pack"], tracking_uri, experiment_id, parent_run_id, device, key=key)
     tune.report({k: (v if not isinstance(v, float) or math.isfinite(v) else -1.0) for k, v in summary.items()})

@@ -6,10 +6,13 @@ values); they are parsed and validated against the method's dataclass before any
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.settings import parse_value
 
 CHECKPOINT_RULES = {
@@ -39,6 +42,8 @@ class RunConfig:
     selection_checkpoints: int = 5  # checkpoint=private: how many evenly spaced checkpoints compete (each one release)
     eval_every: int = 25
     device: str = "cpu"
+    randomness: str = "secret"  # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
+    train_metrics: bool = False  # release exact training-set metrics (OUTSIDE the budget, labelled); checkpoint=paper reads them anyway
     params: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -65,6 +70,13 @@ class RunConfig:
             raise ValueError(f"invalid max_steps={self.max_steps!r}: must be >= 1")
         if self.eval_every < 1:
             raise ValueError(f"invalid eval_every={self.eval_every!r}: must be >= 1")
+        if self.randomness not in RANDOMNESS_MODES:
+            raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES} (docs/privacy.md, \"Threat model\")")
+
+    @property
+    def releases_train_metrics(self) -> bool:
+        """Whether the run evaluates the training split and releases its exact metrics (outside the budget)."""
+        return self.train_metrics or self.checkpoint == "paper"
 
     @property
     def selection(self):
@@ -88,3 +100,18 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# what does not change a run's draws: where it runs, how often it is evaluated, and what is released about it
+NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params")
+
+
+def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
+    """The run's stream id, a signed 64-bit hash of its configuration (every run field that changes training, the
+    resolved hyperparameters) and its seed. Two configurations of a sweep never share a stream unless they are
+    the same configuration with the same seed; a configuration draws the same stream alone and in a pack
+    (docs/privacy.md, "Random numbers")."""
+    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    identity["hyperparameters"] = hyperparameters
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "little", signed=True)

@@ -32,13 +32,16 @@ from raco_bench.data.catalog import TRAIN_ROWS
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
-from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
+from raco_bench.privacy.counter_rng import Keystream
+from raco_bench.training.config import CHECKPOINT_RULES, RunConfig, stream_id
 from raco_bench.training.evaluation import EvalSplit, evaluate_logits
 from raco_bench.training.selection import PrivateSelector, selection_steps
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
 PAPER_CHECKPOINT_NOTE = "checkpoint=paper: selection with exact train-set constraints and validation accuracy is OUTSIDE the privacy budget"
+REPRODUCIBLE_NOTE = "noise reproducible from the logged seed: the epsilon holds only if the seed is secret (randomness=reproducible)"
+TRAIN_METRICS_NOTE = "exact training-set metrics released (train_* metrics and curves)"
+SPLITS = ("train", "val", "test")
 
 
 @dataclass
@@ -74,9 +77,16 @@ class Run:
     evals: dict[str, EvalSplit]
 
 
-def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: CalibrationCache | None = None) -> Run:
-    """Validate the configuration and plan privacy; nothing is trained or written."""
+def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: CalibrationCache | None = None,
+                source: Keystream | None = None) -> Run:
+    """Validate the configuration and plan privacy; nothing is trained or written. ``source`` is the word source to
+    draw from (runs trained as one pack share one); by default a fresh secret key, or the reproducible generator,
+    as ``cfg.randomness`` says (docs/privacy.md, "Threat model")."""
     cfg.validate()
+    if source is None:
+        source = Keystream.for_mode(cfg.randomness)
+    elif source.mode != cfg.randomness:
+        raise ValueError(f"the run asks for randomness={cfg.randomness!r} but was given a {source.mode} word source")
     method = get_method(cfg.method)
     hyper = method.hyperparameters(cfg.params)
     if dataset is None and cfg.dataset in TRAIN_ROWS:
@@ -86,10 +96,12 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
         raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
-    ctx = Context(dataset=ds, run=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache())
+    ctx = Context(dataset=ds, run=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
+                  source=source, stream_id=stream_id(cfg, asdict(hyper)))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
-    evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()}
+    evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()
+             if k != "train" or cfg.releases_train_metrics}
     return Run(method, ctx, evals)
 
 
@@ -98,16 +110,21 @@ def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> d
     outside = list(privacy.get("outside_budget", ())) + list(ds.outside_budget)
     if cfg.checkpoint == "paper":
         outside.append(PAPER_CHECKPOINT_NOTE)
-    return {**privacy, "preprocessing": ds.preprocessing, "checkpoint_rule": cfg.checkpoint,
+    if cfg.releases_train_metrics:
+        outside.append(TRAIN_METRICS_NOTE)
+    if cfg.randomness == "reproducible" and privacy.get("private", False):
+        outside.append(REPRODUCIBLE_NOTE)
+    return {**privacy, "preprocessing": ds.preprocessing, "checkpoint_rule": cfg.checkpoint, "randomness": cfg.randomness,
             "checkpoint_rule_note": CHECKPOINT_RULES[cfg.checkpoint], "outside_budget": outside,
             "end_to_end": privacy.get("private", False) and not outside}
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[dict], None]:
     def show(entry: dict) -> None:
-        tr, va = entry["train"], entry["val"]
-        print(f"  step {entry['step']:>5}/{entry['total']}: train acc {tr['accuracy']:.4f} max_viol {tr['max_violation']:.3f} "
-              f"| val acc {va['accuracy']:.4f} dp_gap {va['dp_gap']:.3f}", file=stream, flush=True)
+        va = entry["val"]
+        tr = f"train acc {entry['train']['accuracy']:.4f} max_viol {entry['train']['max_violation']:.3f} | " if "train" in entry else ""
+        print(f"  step {entry['step']:>5}/{entry['total']}: {tr}val acc {va['accuracy']:.4f} max_constraint {va['max_constraint']:.3f}",
+              file=stream, flush=True)
 
     return show
 
@@ -125,7 +142,7 @@ class RunRecorder:
         self.selected: dict | None = None
         self.selected_params: dict | None = None
         self.private_params: dict | None = None
-        self.selector = PrivateSelector.for_run(cfg.selection, ctx.rates, cfg.seed, ctx.device) if cfg.selection is not None else None
+        self.selector = PrivateSelector.for_run(cfg.selection, ctx.rates, ctx.stream()) if cfg.selection is not None else None
         self.select_at = set(selection_steps(self.T, cfg.selection.count)) if self.selector is not None else set()
         self.final_only = run.method.final_only  # the method's model exists only after its last step: the only candidate
         if self.final_only and self.selector is not None:
@@ -145,8 +162,9 @@ class RunRecorder:
         if self.show:
             self.show(entry)
         candidate = not self.final_only or t == self.T
-        if candidate and entry["train"]["satisfied"] and (self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
-            self.selected = {k: entry[k] for k in ("step", "train", "val", "test")}
+        if candidate and "train" in entry and entry["train"]["satisfied"] and (
+                self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
+            self.selected = {k: entry[k] for k in ("step", *SPLITS)}
             if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
                 self.selected_params = snapshot(params)
 
@@ -156,14 +174,14 @@ class RunRecorder:
         selected = self.selected
         if selected is not None:
             selected["label"] = SELECTION_LABEL
-        last = {"step": T, **{k: history[-1][k] for k in ("train", "val", "test")}}
+        last = {"step": T, **{k: history[-1][k] for k in SPLITS if k in history[-1]}}
         chosen, chosen_params = None, None
         if cfg.checkpoint == "paper" and selected is not None:
             chosen, chosen_params = selected, self.selected_params
         elif self.selector is not None and self.selector.best is not None:
             step = self.selector.best["step"]
             entry = next(e for e in history if e["step"] == step)
-            chosen = {"step": step, **{k: entry[k] for k in ("train", "val", "test")},
+            chosen = {"step": step, **{k: entry[k] for k in SPLITS if k in entry},
                       "noisy_validation": {k: v for k, v in self.selector.best.items() if k != "noisy_counts"}}
             chosen_params = self.private_params
         fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
@@ -190,7 +208,7 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     method, ctx = run.method, run.ctx
     show = _progress_printer() if progress is True else (progress or None)
     recorder = RunRecorder(run, show)
-    state = method.init_state(ctx, Stream(ctx.run.seed, ctx.device))
+    state = method.init_state(ctx, ctx.stream())
     tau = getattr(ctx.hyper, "temperature", 1.0)
     gammas = ctx.rates.gamma[None] if ctx.rates is not None else None
     step_time = 0.0

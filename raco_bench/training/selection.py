@@ -57,8 +57,8 @@ class PrivateSelector:
     releases: list[dict] = field(default_factory=list)  # every noisy release, for audits and tests
 
     @staticmethod
-    def for_run(release: SelectionRelease, rates: CompiledRates, seed: int, device: torch.device) -> "PrivateSelector":
-        return PrivateSelector(release, rates, Stream(seed, device))
+    def for_run(release: SelectionRelease, rates: CompiledRates, stream: Stream) -> "PrivateSelector":
+        return PrivateSelector(release, rates, stream)
 
     def observe(self, step: int, logits: torch.Tensor, split: EvalSplit) -> bool:
         """Release this checkpoint's noisy counts; True if it is now the selected checkpoint."""
