@@ -70,6 +70,29 @@ def test_phase1_plan_counts_and_keys():
     assert trials[0]["params"] == {"batch_size": 1024}  # config 0 is the method's defaults
 
 
+def test_every_configuration_and_seed_draws_its_own_streams():
+    """No two trials of a sweep share a noise or batch stream: configurations that share a seed (every phase-1
+    configuration uses seeds 0, 1, ...) still get distinct stream ids, and a trial maps to the same id every time."""
+    from dataclasses import asdict
+
+    from raco_bench.methods import get_method
+    from raco_bench.sweeps.trial import run_config
+    from raco_bench.training.config import stream_id
+
+    def ids(trials):
+        out = []
+        for t in trials:
+            cfg = run_config(t, "cpu")
+            out.append(stream_id(cfg, asdict(get_method(cfg.method).hyperparameters(cfg.params))))
+        return out
+
+    trials = phase1_trials(SPEC, n_train=28829)
+    first = ids(trials)
+    assert len(set(first)) == len(first) == len(trials) and ids(trials) == first
+    seed0 = [i for i, t in zip(first, trials) if t["seed"] == 0 and t["method"] == "raco-dp"]
+    assert len(set(seed0)) == len(seed0) > 1
+
+
 def test_selection_and_phase2():
     trials = [t for t in phase1_trials(SPEC, 28829) if t["method"] == "dp-fermi" and t["epsilon"] == 1.0]
     results = []
@@ -398,11 +421,28 @@ def _check_each_configuration_once(cwd: Path) -> list[tuple[str, str, str]]:
 @pytest.mark.slow
 def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
     env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
-    proc = _sweep(tmp_path, env)
+    keys = tmp_path.parent / f"{tmp_path.name}-keys"
+    keys.mkdir()
+    proc = _sweep(tmp_path, env, "--key-file", str(keys / "sweep.key"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Selected configurations" in proc.stdout and "configurations/minute" in proc.stdout
     rows = _check_each_configuration_once(tmp_path)
     assert len({node for _, _, node in rows}) == 2  # packs ran on both nodes
+    _assert_key_written_nowhere(bytes.fromhex((keys / "sweep.key").read_text().strip()), tmp_path, proc.stdout + proc.stderr)
+
+
+def _assert_key_written_nowhere(key: bytes, root: Path, console: str) -> None:
+    """Secret randomness: the sweep's key is in no file it wrote (MLflow store and artifacts, Ray Tune's trial configs
+    and results) and not on its console, raw, in hex or in base64."""
+    import base64
+
+    forms = [key, key.hex().encode(), key.hex().upper().encode(), base64.b64encode(key), base64.b64encode(key).rstrip(b"=")]
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert any(p.name == "mlflow.db" for p in files) and any("ray_results" in p.parts for p in files)
+    for path in files:
+        data = path.read_bytes()
+        assert not any(f in data for f in forms), f"the secret key is written in {path}"
+    assert not any(f.decode("latin-1") in console for f in forms)
 
 
 @pytest.mark.slow

@@ -10,7 +10,12 @@ shown by ``raco-bench report``):
 
 * configurations per hour for each pack size, and the step-only cost per configuration;
 * the ratio of a configuration's step cost in the largest pack to a single configuration's step;
-* the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ).
+* the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ);
+* the cost of secret randomness: RaCO-DP's step cost per configuration inside the largest pack with the
+  secret word source (AES-256-CTR, the default) over the reproducible one (SplitMix64).
+
+Every configuration draws from the secret word source (one key per pack, as a sweep's trials do) unless
+stated otherwise.
 
 The two ratios use fixed settings (each method's defaults with B = 1024, T = 100); each step cost
 is the median of several runs after a warm-up run.
@@ -22,6 +27,7 @@ cuda``); they are for the table in the report, never asserted in tests.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import statistics
 import time
@@ -38,16 +44,21 @@ EXPERIMENT = "raco-bench-throughput"
 REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of this many 100-step runs
 
 
-def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None):
+def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None,
+          randomness: str = "secret"):
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
 
+    from raco_bench.privacy.counter_rng import Keystream
+
     configs = [fixed] * k if fixed is not None else sample_configs(get_method(method), 4 * k + 8, len(ds.train), seed=0)
+    source = Keystream.for_mode(randomness)  # one word source for the pack, as a sweep trial has
     runs = []
     for i, params in enumerate(configs):
         try:
             runs.append(prepare_run(RunConfig(dataset=ds.name, method=method, epsilon=1.0, gamma=0.05, seed=i, device=device,
-                                              eval_every=eval_every, steps=steps, params=dict(params)), ds, cache))
+                                              eval_every=eval_every, steps=steps, params=dict(params), randomness=randomness),
+                                    ds, cache, source=source))
         except ValueError:  # the budget allows no step with this draw: a sweep skips it too
             continue
         if len(runs) == k:
@@ -68,7 +79,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     ds = load_dataset("adult")
     cache = CalibrationCache()
     rows = []
-    progress = Progress("bench throughput", len(sizes) + 2, every=0.0)
+    progress = Progress("bench throughput", len(sizes) + 3, every=0.0)
     for size in sizes:
         k = singles if size == 1 else size
         runs = _runs(ds, "raco-dp", k, device, eval_every, cache)
@@ -99,6 +110,13 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         packed = statistics.median(packed_ms() for _ in range(REPEATS_PACKED))
         step_cost[method] = (alone, packed)
         progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
+
+    def reproducible_ms() -> float:
+        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, "raco-dp", big, device, 10**6, cache, fixed, steps=100,
+                                                                                  randomness="reproducible")))
+
+    reproducible_ms()
+    step_cost["raco-dp reproducible"] = (math.nan, statistics.median(reproducible_ms() for _ in range(REPEATS_PACKED)))
     return {"rows": rows, "step_cost": step_cost, "largest": big}
 
 
@@ -118,6 +136,8 @@ def format_report(out: dict, hw: str) -> str:
     lines += ["", f"step cost per configuration in a pack of {out['largest']} / a single configuration's step: "
               f"RaCO-DP {rp / ra:.3f} ({rp:.4f} / {ra:.3f} ms), DP-SGD {dp / da:.3f} ({dp:.4f} / {da:.3f} ms)",
               f"RaCO-DP / DP-SGD step cost per configuration inside the pack: {rp / dp:.3f} (alone: {ra / da:.3f})"]
+    _, rr = out["step_cost"]["raco-dp reproducible"]
+    lines.append(f"secret / reproducible randomness, RaCO-DP step cost per configuration inside the pack: {rp / rr:.3f} ({rp:.4f} / {rr:.4f} ms)")
     return "\n".join(lines)
 
 
@@ -128,8 +148,10 @@ def log(uri: str, out: dict, hw: str) -> str:
     exp = tracking.get_or_create_experiment(uri, EXPERIMENT)
     (ra, rp), (da, dp) = out["step_cost"]["raco-dp"], out["step_cost"]["dp-sgd"]
     parent = c.create_run(exp, tags={tracking.KIND: "throughput", "hardware": hw}, run_name=f"throughput {hw}")
+    _, rr = out["step_cost"]["raco-dp reproducible"]
     c.log_batch(parent.info.run_id, metrics=[Metric("pack_step_ratio_raco_dp", rp / ra, 0, 0), Metric("pack_step_ratio_dp_sgd", dp / da, 0, 0),
-                                             Metric("raco_dp_over_dp_sgd_in_pack", rp / dp, 0, 0)],
+                                             Metric("raco_dp_over_dp_sgd_in_pack", rp / dp, 0, 0),
+                                             Metric("secret_over_reproducible_in_pack", rp / rr, 0, 0)],
                 params=[Param("largest_pack", str(out["largest"]))])
     for r in out["rows"]:
         child = c.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, tracking.KIND: "throughput-row"}, run_name=f"pack size {r['pack_size']}")
