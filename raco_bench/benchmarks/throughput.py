@@ -46,10 +46,9 @@ REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of th
 
 def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None,
           randomness: str = "secret"):
+    from raco_bench.privacy.counter_rng import Keystream
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
-
-    from raco_bench.privacy.counter_rng import Keystream
 
     configs = [fixed] * k if fixed is not None else sample_configs(get_method(method), 4 * k + 8, len(ds.train), seed=0)
     source = Keystream.for_mode(randomness)  # one word source for the pack, as a sweep trial has
