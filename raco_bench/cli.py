@@ -34,8 +34,7 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     failures = 0
     for name, spec in DATASETS.items():
         statuses = [data_files.status(raw) for raw in spec.files()]
-        state = ("generated" if not statuses else "verified" if all(s.state == "verified" for s in statuses)
-                 else ", ".join(sorted({s.state for s in statuses})))
+        state = "generated" if not statuses else worst_state(s.state for s in statuses)
         where = "; ".join(str(s.path) if s.path else f"{s.raw.relpath} (missing)" for s in statuses) or "(no file)"
         shape = ""
         if all(s.state in ("verified", "unverified") for s in statuses):
@@ -48,9 +47,17 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             failures += 1
         print(f"{name:15s} {state:10s} {shape}\n{'':15s} {where}")
         for s in statuses:
-            if s.state not in ("verified",) and s.detail:
-                print(f"{'':15s} {s.detail}")
+            if s.state != "verified" or len(statuses) > 1:
+                print(f"{'':15s} {s.raw.relpath}: {s.state}" + (f" ({s.detail})" if s.detail else ""))
     return 1 if failures else 0
+
+
+STATE_ORDER = ("checksum mismatch", "missing", "unverified", "verified")  # a dataset is as good as its worst file
+
+
+def worst_state(states) -> str:
+    """One status per dataset: the worst of its files' (each file's own status is printed below it)."""
+    return min(states, key=STATE_ORDER.index)
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:

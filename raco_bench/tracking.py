@@ -26,6 +26,7 @@ TRIAL_KEY = "raco_bench.trial_key"
 SWEEP_ID = "raco_bench.sweep_id"
 PHASE = "raco_bench.phase"
 COMPLETE = "raco_bench.complete"
+KEY_ID = "raco_bench.key_id"  # a one-way fingerprint of the secret key an incomplete run was trained under (never the key)
 KIND = "raco_bench.kind"
 PACK_KEY = "raco_bench.pack_key"
 PACK_TABLE = "configs.csv"  # one row per configuration of a pack run
@@ -47,6 +48,33 @@ def require_existing_store(uri: str) -> None:
         path = Path(uri[len("sqlite:///"):])
         if not path.is_file():
             raise ValueError(f"no MLflow store at {path}: run a sweep there first, or pass --tracking-uri to the store that holds it")
+
+
+REACH_TIMEOUT_S = 5.0  # a tracking server that does not answer /health within this is reported before anything starts
+
+
+def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Fail fast, with the fix, on a store that cannot be written: a SQLite file whose folder does not exist, or a
+    tracking server that does not answer (MLflow's own client retries for minutes before it gives up)."""
+    import urllib.error
+    import urllib.request
+
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///"):]).parent
+        if not folder.is_dir():
+            raise ValueError(f"the folder of the tracking store {uri} does not exist; create {folder} or pass another --tracking-uri")
+        return
+    if not uri.startswith(("http://", "https://")):
+        return  # another scheme (databricks, …): MLflow's client reports its own errors
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            response.read(64)
+    except urllib.error.HTTPError:
+        return  # the server answered (an older server without /health, or behind a proxy): reachable
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ValueError(f"the tracking server {uri} is unreachable ({reason}); start it (mlflow server --host 127.0.0.1 --port PORT) "
+                         "or pass the right --tracking-uri (default: sqlite:///./mlflow.db)") from None
 
 
 def client(uri: str):
@@ -125,6 +153,33 @@ def finish_run(uri: str, run_id: str, metrics: dict[str, float] | None = None, p
     retry(lambda: c.set_terminated(run_id, "FINISHED"))
 
 
+def set_status(uri: str, run_id: str, status: str) -> None:
+    """Mark a run RUNNING (a resumed phase), KILLED (interrupted) or FAILED (a failure the sweep could not retry)."""
+    c = client(uri)
+    if status == "RUNNING":
+        retry(lambda: c.update_run(run_id, status="RUNNING"))
+    else:
+        retry(lambda: c.set_terminated(run_id, status))
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()]))
+
+
+def run_status(uri: str, run_id: str) -> str:
+    return retry(lambda: client(uri).get_run(run_id)).info.status
+
+
+def key_id(key: bytes | None) -> str:
+    """A fingerprint of a secret key that tells attempts under different keys apart and reveals nothing of the key
+    (a hash of a 256-bit random value); "reproducible" for the reproducible generator."""
+    import hashlib
+
+    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id\0" + key).hexdigest()[:16]
+
+
 def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
     c = client(uri)
     query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
@@ -145,18 +200,25 @@ def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int
 
 def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: dict[str, str], name: str):
     """(run_id, completed_run_or_None, reused): the run whose ``key_tag`` tag has the value in ``tags``, created
-    with ``tags`` if there is none yet; ``reused`` when an earlier attempt created it."""
+    with ``tags`` if there is none yet; ``reused`` when an earlier attempt created it.
+
+    An incomplete run that an earlier attempt trained under another key (a sweep resumed without its key file) is
+    deleted and created anew: its partial points came from other draws, and would mix with this attempt's."""
     found = find_run(uri, experiment_id, {key_tag: tags[key_tag]})
+    if found is not None and found.data.tags.get(COMPLETE) != "1" and KEY_ID in tags and found.data.tags.get(KEY_ID, tags[KEY_ID]) != tags[KEY_ID]:
+        retry(lambda: client(uri).delete_run(found.info.run_id))
+        found = None
     if found is not None:
         return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None), True
     run = retry(lambda: client(uri).create_run(experiment_id, tags=tags, run_name=name))
     return run.info.run_id, None, False
 
 
-def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict):
-    """(run_id, completed_run_or_None, reused) for a configuration's own run, keyed by its ``trial_key``."""
-    tags = {
-        "mlflow.parentRunId": parent_id, TRIAL_KEY: trial["trial_key"], SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
+def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict, key: str | None = None):
+    """(run_id, completed_run_or_None, reused) for a configuration's own run, keyed by its ``trial_key``; ``key`` is the
+    :func:`key_id` of the attempt's word source."""
+    tags = {**({KEY_ID: key} if key is not None else {}),
+            "mlflow.parentRunId": parent_id, TRIAL_KEY: trial["trial_key"], SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
         KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
         "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": str(trial["gamma"]),
     }
@@ -249,10 +311,10 @@ def latest_rows(uri: str, experiment: str, kind: str) -> list[dict]:
     return [{**r.data.params, **r.data.metrics} for r in children]
 
 
-def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: dict):
+def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: dict, key: str | None = None):
     """(run_id, completed_run_or_None) for a pack, keyed by its ``pack_key`` like a trial."""
-    tags = {"mlflow.parentRunId": parent_id, PACK_KEY: pack["pack_key"], SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]),
-            KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
+    tags = {**({KEY_ID: key} if key is not None else {}), "mlflow.parentRunId": parent_id, PACK_KEY: pack["pack_key"],
+            SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]), KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
     name = f"pack {pack['method']} phase {pack['phase']} ({len(pack['members'])} configurations) {pack['pack_key'][:8]}"
     run_id, done, _ = _get_or_create_keyed_run(uri, experiment_id, PACK_KEY, tags, name)
     return run_id, done

@@ -254,3 +254,24 @@ def test_downloads_are_verified_and_written_only_when_they_match(http_root, tmp_
     assert sorted(p.name for p in (files.cache_root() / "demo").iterdir()) == ["plain.csv", "table.csv"]  # no temporary left
     with pytest.raises(MissingDataError, match="download from .*missing.csv failed"):
         files.ensure(files.RawFile("demo/missing.csv", digest, f"{base}/missing.csv"))
+    with pytest.raises(MissingDataError):  # a failed download into a new folder leaves no empty folder behind
+        files.ensure(files.RawFile("fresh/deeper/missing.csv", digest, f"{base}/missing.csv"))
+    assert not (files.cache_root() / "fresh").exists()
+
+
+def test_datasets_prints_one_consistent_status_for_a_truncated_file(tmp_path, data_root, monkeypatch, capsys):
+    """A dataset with a truncated file is "checksum mismatch", never "checksum mismatch, verified"; each file's own status
+    is printed below it."""
+    from raco_bench import cli
+
+    target = tmp_path / "adult"
+    target.mkdir()
+    shutil.copy(data_root / "adult" / "adult.test", target / "adult.test")
+    (target / "adult.data").write_bytes((data_root / "adult" / "adult.data").read_bytes()[:5000])
+    monkeypatch.setenv("RACO_BENCH_DATA", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RACO_BENCH_OFFLINE", "1")
+    assert cli.main(["datasets"]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("adult "))
+    assert line.split()[1:3] == ["checksum", "mismatch"] and "verified" not in line
+    assert cli.worst_state(["verified", "unverified"]) == "unverified" and cli.worst_state(["missing", "verified"]) == "missing"

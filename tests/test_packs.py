@@ -9,7 +9,7 @@ import torch
 
 from raco_bench.packs.lagrangian import chunks, pack_step, slot_bytes
 from raco_bench.packs.rows import GatheredRows, IndexedRows
-from raco_bench.packs.run import LagrangianEngine, pack_blocker, train_pack, train_runs
+from raco_bench.packs.run import LagrangianEngine, PackCheckpoint, pack_blocker, train_pack, train_runs
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
@@ -187,3 +187,36 @@ def test_a_step_does_not_depend_on_how_the_pack_is_chunked(adult, products):
     for name in ("weight", "bias", "lam", "estimates"):
         torch.testing.assert_close(getattr(one, name), getattr(two, name), rtol=1e-5, atol=1e-7)
     assert bool((one.estimates != 0).all())  # the histogram path ran for every configuration
+
+
+class _Killed(Exception):
+    """The pack's worker dying between two checkpoints."""
+
+
+def test_a_pack_resumed_from_its_checkpoint_ends_exactly_as_an_uninterrupted_one(adult):
+    """train_runs saves the pack's state (engine tensors, step, recorders, finished results); a second attempt
+    restored from the last save trains only the rest, and every draw is a function of (stream, step), so the results
+    are bit for bit those of an uninterrupted pack. Mixed with a run that trains alone (no batched engine), whose
+    finished result is kept by the checkpoint."""
+    specs = MIXED[:3] + [("raco-dp", dict(batch_size=512, model="mlp", hidden=8), 0.05, 12, 0)]
+    whole = train_runs(_runs(adult, specs, eval_every=7, checkpoint="private"))
+    saves = []
+
+    def save(state):
+        saves.append(torch.save(state, __import__("io").BytesIO()) or state)  # the state must be serialisable
+        if len(saves) == 3:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train_runs(_runs(adult, specs, eval_every=7, checkpoint="private"), checkpoint=PackCheckpoint(save, None, every_s=0.0))
+    state = saves[-1]
+    assert state["pack"]["state"]["step"] >= 1 and 3 in state["results"]  # the MLP run alone finished first
+    seen = []
+    resumed = train_runs(_runs(adult, specs, eval_every=7, checkpoint="private"), progress=lambda k, e: seen.append((k, e["step"])),
+                         checkpoint=PackCheckpoint(lambda s: None, state, every_s=0.0))
+    for a, b in zip(resumed, whole):
+        assert a.config == b.config and a.steps == b.steps and a.reported == b.reported and a.history == b.history
+        for name in b.final_params:
+            np.testing.assert_array_equal(a.final_params[name], b.final_params[name])
+            np.testing.assert_array_equal(a.reported_params[name], b.reported_params[name])
+    assert (0, 7) in seen  # the restored evaluations are replayed to the live curves (points already stored are skipped there)

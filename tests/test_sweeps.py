@@ -144,7 +144,10 @@ def test_the_failure_bar_is_the_best_constant_predictor_that_meets_the_constrain
     assert [(s.config_id, s.n_failed) for s in chosen] == [(0, 1)]  # 0.85 < 0.91 is a useful FNR model; 0.40 < 0.50 collapsed
 
 
-@pytest.mark.parametrize("bad", [dict(gammas=(-1.0,)), dict(gammas=(float("nan"),)), dict(epsilons=(float("inf"),)), dict(epsilons=(0.0,))])
+BAD_GRIDS = [dict(gammas=(-1.0,)), dict(gammas=(1.5,)), dict(gammas=(float("nan"),)), dict(epsilons=(float("inf"),)), dict(epsilons=(0.0,))]
+
+
+@pytest.mark.parametrize("bad", BAD_GRIDS)
 def test_bad_grids_are_refused_before_anything_runs(bad):
     with pytest.raises(ValueError, match="gammas|epsilons"):
         SweepSpec(dataset="adult", **bad)

@@ -75,6 +75,8 @@ def test_checkpoint_rules_and_outside_budget_labels(adult):
         (["--epsilon", "0"], "epsilon"),
         (["--epsilon", "inf"], "infinite budget is no privacy"),
         (["--gamma", "-1"], "gamma=-1.0"),
+        (["--gamma", "1.5"], "must be in [0, 1]"),
+        (["--randomness", "reproducible", "--key-file", "k"], "applies only to --randomness secret"),
         (["--dataset", "mnist"], "unknown dataset"),
         (["--method", "magic"], "unknown method"),
         (["--constraint", "parity"], "unknown constraint"),

@@ -128,10 +128,23 @@ def _download(raw: RawFile, target: Path) -> None:
     The pinned checksum is always that of the file the loaders read, so a plain file is checked by
     pooch itself and an archive member after extraction. Nothing reaches ``target`` unless it matches.
     """
+    assert raw.url is not None
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # removed again if the download fails
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _fetch_into(raw, target)
+    except BaseException:
+        for folder in created:  # deepest first: a failed download leaves no empty cache folder behind
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _fetch_into(raw: RawFile, target: Path) -> None:
     import pooch
 
-    assert raw.url is not None
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
         if raw.archive_member is None:
             try:

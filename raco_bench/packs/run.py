@@ -18,6 +18,7 @@ is which (:func:`train_runs`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,6 +32,17 @@ from raco_bench.training.evaluation import evaluate_logits, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
 INF = float("inf")  # "no clipping" / "no box" as a per-configuration number
+
+
+@dataclass
+class PackCheckpoint:
+    """Where a pack keeps its state while it trains: ``save(state)`` stores a state, ``restored`` is the state an
+    earlier attempt saved (None: start at step 1), ``every_s`` the seconds between saves. The state holds the
+    engine's tensors, the step, the step times and every configuration's recorder (docs/packs.md, "Checkpoints")."""
+
+    save: Callable[[dict], None]
+    restored: dict | None = None
+    every_s: float = 60.0
 
 
 def _vector(runs: list[Run], values, dtype=torch.float32) -> torch.Tensor:
@@ -163,9 +175,12 @@ def _compatible(a: Run, b: Run) -> bool:
             and a.ctx.device == b.ctx.device and a.ctx.source is b.ctx.source and same_rates and same_mode and set(a.evals) == set(b.evals))
 
 
-def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None) -> list[RunResult]:
+def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None,
+               checkpoint: PackCheckpoint | None = None) -> list[RunResult]:
     """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations.
-    ``products`` picks how batch rows are multiplied (:mod:`raco_bench.packs.rows`; default: by device)."""
+    ``products`` picks how batch rows are multiplied (:mod:`raco_bench.packs.rows`; default: by device).
+    ``checkpoint`` saves the pack's state every ``checkpoint.every_s`` seconds and continues from a saved state: every
+    draw is a function of (stream, step), so a resumed pack ends exactly as an uninterrupted one (docs/packs.md)."""
     for r in runs:
         why = pack_blocker(r)
         if why is not None:
@@ -179,7 +194,18 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]
     step_time = torch.zeros(K, dtype=torch.float64)  # each step's time, shared by the configurations it trained
-    for t in range(1, int(engine.steps.max()) + 1):
+    start, last_save, T_max = 1, time.monotonic(), int(engine.steps.max())
+    if checkpoint is not None and checkpoint.restored is not None:
+        saved = checkpoint.restored
+        engine.state, step_time, start = saved["engine"], saved["step_time"], int(saved["step"]) + 1
+        for k, rec in enumerate(recorders):
+            rec.restore(saved["recorders"][k])
+            for entry in rec.history if progress else ():  # live curves: points already stored are skipped, lost ones sent again
+                progress(k, entry)
+    for t in range(start, T_max + 1):
+        if checkpoint is not None and t > start and t <= T_max and time.monotonic() - last_save >= checkpoint.every_s:
+            checkpoint.save({"step": t - 1, "engine": engine.state, "step_time": step_time, "recorders": [r.snapshot() for r in recorders]})
+            last_save = time.monotonic()
         t0 = time.perf_counter()
         engine.step()
         live = (engine.steps >= t).cpu()
@@ -201,13 +227,28 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     return [rec.result(snapshot(engine.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
 
 
-def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None) -> list[RunResult]:
-    """Results of ``runs`` in order: compatible runs of a method with a batched engine trained as packs, every other run alone."""
+def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None, checkpoint: PackCheckpoint | None = None) -> list[RunResult]:
+    """Results of ``runs`` in order: compatible runs of a method with a batched engine trained as packs, every other run alone.
+
+    With ``checkpoint``, the state saved holds every finished result and the state of the pack in training, so a
+    resumed call trains only what was not finished, from where it stopped."""
+    saved = checkpoint.restored if checkpoint is not None else None
     results: list[RunResult | None] = [None] * len(runs)
+    for i, res in (saved or {}).get("results", {}).items():
+        results[i] = res
+    last = [time.monotonic()]
+
+    def save(pack: dict | None = None, force: bool = False) -> None:
+        if checkpoint is not None and (force or time.monotonic() - last[0] >= checkpoint.every_s):
+            checkpoint.save({"results": {i: r for i, r in enumerate(results) if r is not None}, "pack": pack})
+            last[0] = time.monotonic()
+
     groups: list[list[int]] = []
     for i, r in enumerate(runs):
         if pack_blocker(r) is not None:
-            results[i] = execute(r, (lambda entry, i=i: progress(i, entry)) if progress else None)
+            if results[i] is None:
+                results[i] = execute(r, (lambda entry, i=i: progress(i, entry)) if progress else None)
+                save()
             continue
         for g in groups:
             if _compatible(runs[g[0]], r):
@@ -215,8 +256,15 @@ def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = N
                 break
         else:
             groups.append([i])
-    for g in groups:
-        sub = train_pack([runs[i] for i in g], (lambda k, entry, g=g: progress(g[k], entry)) if progress else None)
+    for n, g in enumerate(groups):
+        if all(results[i] is not None for i in g):
+            continue
+        inner = None
+        if checkpoint is not None:
+            pack = (saved or {}).get("pack") or {}
+            inner = PackCheckpoint(lambda state, n=n: save({"group": n, "state": state}, force=True),
+                                   pack.get("state") if pack.get("group") == n else None, checkpoint.every_s)
+        sub = train_pack([runs[i] for i in g], (lambda k, entry, g=g: progress(g[k], entry)) if progress else None, checkpoint=inner)
         for i, res in zip(g, sub):
             results[i] = res
     return results  # type: ignore[return-value]

@@ -152,6 +152,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                  audit_experiment: str = AUDIT_EXPERIMENT, results: Path | None = None) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.require_existing_store(uri)
+    tracking.check_reachable(uri)
     progress = Progress("report", 5, every=0.0)
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     progress.advance(f"{len(df)} runs loaded from {uri}")

@@ -46,8 +46,11 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
                                       "--resume continues with the same key; keep it outside the tracking store and results")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--storage-path", help="Tune storage (default: $RACO_BENCH_STORAGE, else ./ray_results); shared storage on a cluster")
-    p.add_argument("--resume", action="store_true", help="restore interrupted Tune experiments and finish the sweep")
-    p.add_argument("--max-failures", type=int, default=3, help="retries of a failed trial")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a sweep that did not finish: train what is not recorded, select again, train the winners without a phase-2 record")
+    p.add_argument("--max-failures", type=int, default=3, help="retries of a failed pack, each from its last checkpoint (default: %(default)s)")
+    p.add_argument("--pack-checkpoint-s", type=float, default=60.0,
+                   help="seconds between a pack's checkpoints: a killed pack loses at most this much work (default: %(default)s)")
     p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--pack-size", type=int, default=None,
@@ -56,6 +59,10 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     args = p.parse_args(argv)
     if args.pack_size is not None and args.pack_size < 1:
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")
+    if not args.pack_checkpoint_s > 0:
+        p.error(f"--pack-checkpoint-s must be > 0 seconds, got {args.pack_checkpoint_s}")
+    if args.max_failures < 0:
+        p.error(f"--max-failures must be >= 0, got {args.max_failures}")
     if args.smoke and args.demo:
         p.error("--smoke and --demo are two presets: pick one")
     spec = base.smoke() if args.smoke else base.demo() if args.demo else base

@@ -18,7 +18,9 @@ STATUS_DONE, STATUS_ERROR, STATUS_RUNNING = "TERMINATED", "ERROR", "RUNNING"
 
 
 class PhaseProgress(tune.Callback):
-    """Prints ``[phase N] done/total done, R running, F failed, elapsed, ETA`` every ``every`` seconds."""
+    """Prints ``[phase N] done/total done, R running, F failed, elapsed, ETA`` every ``every`` seconds. A pack counts as
+    done once it reported that its configurations are recorded in MLflow (not when Tune merely ended it, as it does
+    on an interrupt); the driver states the recorded count from MLflow itself when the phase ends."""
 
     def __init__(self, phase: int, total: int, gammas: tuple[float, ...], every: float = 15.0, stream: TextIO | None = None, top: int = 3):
         self.phase, self.total, self.gammas, self.every, self.top = phase, total, tuple(gammas), every, top
@@ -29,7 +31,7 @@ class PhaseProgress(tune.Callback):
 
     def _line(self, trials) -> str:
         size = lambda t: len(t.config["pack"]["members"]) if "pack" in t.config else 1  # noqa: E731
-        done = sum(size(t) for t in trials if t.status == STATUS_DONE)
+        done = sum(size(t) for t in trials if (t.last_result or {}).get("recorded") == 1.0)  # in MLflow, not merely ended
         failed = sum(size(t) for t in trials if t.status == STATUS_ERROR)
         running = sum(size(t) for t in trials if t.status == STATUS_RUNNING)
         elapsed = time.monotonic() - self.start

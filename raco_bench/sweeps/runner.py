@@ -7,11 +7,15 @@
 3. select per (method, ε, γ) from what MLflow holds; phase 2: fresh seeds of each winner;
 4. print and log a summary of the selected configurations.
 
-``--resume`` restores interrupted Tune experiments with ``Tuner.restore``; trials already complete in
-MLflow are never rerun or relogged, so a resumed sweep ends with exactly one run per trial. Arguments
-are parsed in :mod:`raco_bench.sweeps.arguments`, privacy is calibrated in
-:mod:`raco_bench.sweeps.calibration`. Each phase's parent run ends FINISHED with the sweep spec as its
-params and the phase's counts as metrics.
+What a sweep has done is what MLflow holds: a phase ends only when every one of its configurations is
+recorded by a complete pack. An interrupted phase (Ctrl-C) ends the sweep with exit code 130 and its
+parent run KILLED, a phase whose packs failed after every retry with exit code 1 and FAILED; no later
+phase runs, and one line says how to continue. ``--resume`` continues: it trains what phase 1 lacks,
+selects again from every recorded result, and trains every winner that has no phase-2 record. It never
+restores an earlier Tune experiment (whose packs may be an old plan's), so a second ``--resume`` is a
+no-op and the end state is that of an uninterrupted sweep. Arguments are parsed in
+:mod:`raco_bench.sweeps.arguments`, privacy is calibrated in :mod:`raco_bench.sweeps.calibration`. Each
+phase's parent run ends FINISHED with the sweep spec as its params and the phase's counts as metrics.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
         reason = get_method(m).supports(spec.constraint)
         if reason:
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    tracking.check_reachable(uri)  # before the dataset is read and Ray starts: an unreachable store fails in seconds
     ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing)
-    return ds, tracking.resolve_tracking_uri(tracking_uri)
+    return ds, uri
 
 
 def sweep_key(spec: SweepSpec, args) -> bytes | None:
@@ -66,52 +72,115 @@ def sweep_key(spec: SweepSpec, args) -> bytes | None:
 
 
 # ------------------------------------------------------------------------------------------ Tune
+class PhaseIncomplete(RuntimeError):
+    """A phase that ended with configurations not recorded: interrupted (its parent run KILLED) or failed after every
+    retry (FAILED). Nothing after it runs; the same command with ``--resume`` continues it."""
+
+    def __init__(self, phase: int, recorded: int, planned: int, status: str, reason: str) -> None:
+        self.phase, self.recorded, self.planned, self.status = phase, recorded, planned, status
+        what = "was interrupted" if status == "KILLED" else "failed"
+        super().__init__(f"phase {phase} {what}: {recorded}/{planned} configurations recorded ({reason}); nothing after it ran. "
+                         "Continue with the same command and --resume")
+
+
+MEMORY_ERRORS = ("OutOfMemoryError", "running low on memory")  # how Ray reports a worker its memory monitor killed
+
+
+def memory_error(exc: BaseException) -> bool:
+    return any(m in f"{type(exc).__name__}: {exc!r} {exc}" for m in MEMORY_ERRORS)
+
+
+def recorded_keys(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> set[str]:
+    """The trials of a phase that a complete pack recorded: the only count the sweep reports."""
+    return {r["trial_key"] for r in phase_results(uri, experiment_id, spec, phase)}
+
+
 def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
-    """Train a phase's trials as packs (one Tune trial per pack); trials already recorded by a complete pack are not rerun."""
+    """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
+    recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
+    that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
+    failed phase marks its parent run KILLED or FAILED and raises :class:`PhaseIncomplete`."""
+    if not trials:
+        return
+    parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
+    tracking.set_status(uri, parent, "RUNNING")
+    try:
+        _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key)
+    except PhaseIncomplete as exc:
+        tracking.set_status(uri, parent, exc.status)
+        raise
+    except KeyboardInterrupt:
+        tracking.set_status(uri, parent, "KILLED")
+        done = len(recorded_keys(uri, experiment_id, spec, phase))
+        raise PhaseIncomplete(phase, done, len(trials), "KILLED", "interrupted") from None
+    except BaseException:
+        tracking.set_status(uri, parent, "FAILED")
+        raise
+
+
+def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, parent: str, storage: str,
+                 key: bytes | None) -> None:
     import ray
+
+    resources, _ = _resources(args)
+    todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
+    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
+    size = args.pack_size or auto_pack_size(len(todo), slots, bool(resources.get("gpu")))
+    print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
+          f"in {len(make_packs(todo, size))} packs of up to {size}", flush=True)
+    attempt = 0
+    while todo:
+        errors = _fit(spec, phase, make_packs(todo, size), len(todo), args, uri, experiment_id, parent, storage, key, attempt)
+        todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
+        if not todo:
+            break
+        recorded = len(trials) - len(todo)
+        if not errors:  # Tune stopped before every pack finished, with no trial in error: an interrupt
+            raise PhaseIncomplete(phase, recorded, len(trials), "KILLED", "interrupted")
+        if size > 1 and all(memory_error(e) for e in errors):
+            size, attempt = max(1, size // 2), attempt + 1
+            print(f"[sweep] phase {phase}: {len(errors)} pack(s) ran out of memory; training the {len(todo)} configurations not recorded "
+                  f"again in packs of up to {size}", flush=True)
+            continue
+        raise PhaseIncomplete(phase, recorded, len(trials), "FAILED", f"{len(errors)} pack(s) failed after {args.max_failures} retries; "
+                              f"first: {errors[0]!r}; fix the cause")
+    print(f"[sweep] phase {phase}: {len(trials)}/{len(trials)} configurations recorded", flush=True)
+
+
+def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, args, uri: str, experiment_id: str, parent: str, storage: str,
+         key: bytes | None, attempt: int) -> list[BaseException]:
+    """One Ray Tune run over ``packs``; the errors of the packs that failed after their retries. Each call is a new Tune
+    experiment: what is done is read from MLflow, never from an earlier Tune state (which may plan other packs)."""
     from ray import tune
 
     from raco_bench.sweeps.console import PhaseProgress
     from raco_bench.sweeps.trial import tune_trainable
 
-    if not trials:
-        return
-    parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
     resources, device = _resources(args)
-    done = {r["trial_key"] for r in phase_results(uri, experiment_id, spec, phase)}
-    todo = [t for t in trials if t["trial_key"] not in done]
-    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
-    size = args.pack_size or auto_pack_size(len(todo), slots, bool(resources.get("gpu")))
-    packs = make_packs(todo, size)
-    print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
-          f"in {len(packs)} packs of up to {size}", flush=True)
-    if not packs:
-        return
     env = {k: os.environ[k] for k in ENV_FORWARD if k in os.environ}
     trainable = tune.with_resources(
         tune.with_parameters(tune_trainable, tracking_uri=uri, experiment_id=experiment_id, parent_run_id=parent, device=device, env=env,
-                             key=key),  # the secret key travels in Ray's object store, never in a trial's config
+                             key=key, checkpoint_every_s=args.pack_checkpoint_s),  # the secret key travels in Ray's object store
         resources,
     )
-    name = f"{spec.experiment}-{spec.sweep_id}-phase{phase}"
-    path = f"{storage}/{name}"
-    if args.resume and tune.Tuner.can_restore(path):
-        print(f"[sweep] resuming {path}", flush=True)
-        tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True, restart_errored=False)
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"pack": tune.grid_search(packs)},
-            tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None, reuse_actors=True,
-                                        trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
-            run_config=tune.RunConfig(name=name, storage_path=storage, failure_config=tune.FailureConfig(max_failures=args.max_failures),
-                                      verbose=1 if args.verbose else 0,
-                                      callbacks=[] if args.verbose else [PhaseProgress(phase, len(todo), spec.gammas)]),
-        )
-    grid = tuner.fit()
-    if grid.errors:
-        raise RuntimeError(f"{len(grid.errors)} trial(s) of phase {phase} failed after {args.max_failures} retries "
-                           f"(first: {grid.errors[0]!r}); fix the cause and rerun with --resume")
+    name = f"{spec.experiment}-{spec.sweep_id}-phase{phase}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{attempt}"
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"pack": tune.grid_search(packs)},
+        tune_config=tune.TuneConfig(max_concurrent_trials=args.max_concurrent or None, reuse_actors=True,
+                                    trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
+        run_config=tune.RunConfig(name=name, storage_path=storage, failure_config=tune.FailureConfig(max_failures=args.max_failures),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                                  verbose=1 if args.verbose else 0,
+                                  callbacks=[] if args.verbose else [PhaseProgress(phase, configurations, spec.gammas)]),
+    )
+    try:
+        grid = tuner.fit()
+    except RuntimeError as exc:  # Ray Tune aborts the whole run when its memory monitor kills a worker ("Caught unexpected exception")
+        if memory_error(exc):
+            return [exc]
+        raise
+    return list(grid.errors)
 
 
 def _trial_name(trial) -> str:
@@ -209,6 +278,7 @@ def quiet_libraries() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)  # its "Resume experiment with: Tuner.restore(...)": the sweep says how
 
 
 def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metrics: dict[str, float]) -> None:
@@ -218,10 +288,27 @@ def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metr
     tracking.finish_run(uri, parent, metrics, params)
 
 
+def check_resumable(spec: SweepSpec, uri: str, resume: bool) -> None:
+    """Refuse, before anything is written, to start over a sweep that an earlier command left unfinished: say how to
+    continue it instead (reading the store only)."""
+    c = tracking.client(uri)
+    exp = tracking.retry(lambda: c.get_experiment_by_name(spec.experiment))
+    if exp is None or resume:
+        return
+    for phase in (1, 2):
+        found = tracking.find_run(uri, exp.experiment_id, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(phase), tracking.KIND: "phase"})
+        if found is not None and found.info.status != "FINISHED":
+            raise ValueError(f"sweep {spec.sweep_id} of experiment {spec.experiment!r} did not finish (phase {phase} is {found.info.status}); "
+                             "continue it with the same command and --resume, or start another with --experiment NAME")
+
+
 def run_sweep(spec: SweepSpec, args) -> dict:
     import ray
 
     ds, uri = validate(spec, args.tracking_uri)
+    check_resumable(spec, uri, args.resume)
+    if args.resume:
+        print(f"[sweep] resuming sweep {spec.sweep_id}: what MLflow holds is kept, the rest is trained", flush=True)
     key = sweep_key(spec, args)
     raw = args.storage_path or os.environ.get("RACO_BENCH_STORAGE") or "ray_results"
     storage = raw if "://" in raw else str(Path(raw).resolve())  # local path, NFS mount or s3://…
@@ -368,11 +455,24 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
     return "\n".join(lines), rows
 
 
+EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
 def main(base: SweepSpec, argv: list[str] | None = None) -> int:
+    """Exit 0 when every phase is recorded in full; 130 when interrupted, 1 when a phase failed, 2 on bad input."""
     try:
         spec, args = parse_args(base, argv)
         run_sweep(spec, args)
-    except (ValueError, RuntimeError) as exc:
+    except PhaseIncomplete as exc:
+        print(f"sweep: {exc}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED if exc.status == "KILLED" else EXIT_FAILED
+    except KeyboardInterrupt:
+        print("sweep: interrupted; nothing after the interrupted step ran. Continue with the same command and --resume", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except ValueError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except RuntimeError as exc:
+        print(f"sweep: error: {exc}; continue with the same command and --resume once the cause is fixed", file=sys.stderr)
+        return EXIT_FAILED
     return 0

@@ -53,8 +53,9 @@ class SweepSpec:
         object.__setattr__(self, "methods", tuple(self.methods))
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise ValueError(f"epsilons must be finite numbers > 0 (non-private methods run without one), got {self.epsilons}")
-        if not self.gammas or any(not (g >= 0 and math.isfinite(g)) for g in self.gammas):
-            raise ValueError(f"gammas must be finite numbers >= 0 (the constraint slack), got {self.gammas}")
+        if not self.gammas or any(not (0 <= g <= 1) for g in self.gammas):
+            raise ValueError(f"gammas must be in [0, 1] (the constraint slack bounds a difference of rates; above 1 it constrains nothing), "
+                             f"got {self.gammas}")
         for name in ("n_configs", "phase1_seeds", "phase2_seeds", "max_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

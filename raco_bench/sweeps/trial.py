@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -173,8 +174,8 @@ class ChildRun:
     live: tracking.LiveMetrics | None
 
     @staticmethod
-    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float) -> "ChildRun":
-        run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial)
+    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> "ChildRun":
+        run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial, key_id)
         return ChildRun(run_id, done is not None, None if done is not None else tracking.LiveMetrics(uri, run_id, flush_every_s, reused=reused))
 
     def close(self, trial: dict, result, metrics, params, tags, uri: str, dataset) -> None:
@@ -199,7 +200,7 @@ class ChildRun:
 
 
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
-                 flush_every_s: float = 10.0, key: bytes | None = None) -> dict:
+                 flush_every_s: float = 10.0, key: bytes | None = None, checkpoint=None) -> dict:
     """Train and log one pack (its configurations in lockstep where a batched engine exists, see
     :mod:`raco_bench.packs`); a pack already complete in MLflow is returned without retraining.
 
@@ -211,6 +212,9 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
 
     ``key`` is the sweep's secret key (``randomness=secret``): every configuration of the pack draws from it, each
     from its own stream. It reaches the trial through Ray's object store and is written nowhere.
+
+    ``checkpoint`` (a :class:`raco_bench.packs.run.PackCheckpoint`) saves the pack's state while it trains and holds the
+    state an earlier attempt saved: a retried pack continues from there and ends as an uninterrupted one.
     """
     import pandas as pd
     import torch
@@ -219,20 +223,23 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     from raco_bench.training.loop import prepare_run
 
     torch.set_num_threads(1)  # one CPU per trial
-    run_id, done = tracking.get_or_create_pack_run(tracking_uri, experiment_id, parent_run_id, pack)
+    first = pack["members"][0]
+    source = pack_source(first.get("randomness", "secret"), key)
+    key_id = tracking.key_id(source.secret)
+    run_id, done = tracking.get_or_create_pack_run(tracking_uri, experiment_id, parent_run_id, pack, key_id)
     if done is not None:
         return pack_summary(tracking.pack_tables(tracking_uri, [done]))
+    resumed = checkpoint is not None and checkpoint.restored is not None
+    tracking.set_tags(tracking_uri, run_id, {"worker_pid": str(os.getpid()), "attempt_resumed_from_checkpoint": "yes" if resumed else "no"})
     device, gpu_ids = _device(device)
     env_tags = {"device": device, "ray_node_id": _node_id(), "ray_gpu_ids": gpu_ids or "none"}
     members = pack["members"]
-    first = members[0]
     trained = [t for t in members if not t.get("skip")]
     cfgs = [run_config(t, device) for t in trained]
     dataset = _dataset(first["dataset"], cfgs[0].split_seed if cfgs else 0, first.get("preprocessing", "public"))
-    source = pack_source(first.get("randomness", "secret"), key)
     runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
-    children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s) for t in trained] if pack.get("child_runs") else []
+    children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s, key_id) for t in trained] if pack.get("child_runs") else []
     best: dict[int, float] = {}
 
     def progress(k: int, entry: dict) -> None:
@@ -243,7 +250,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         if children and children[k].live is not None:
             children[k].live.add(history_points(entry))
 
-    results = train_runs(runs, progress)
+    results = train_runs(runs, progress, checkpoint)
     live.flush()
     rows, curves, arrays = [], [], {}
     for t in members:
@@ -294,14 +301,39 @@ def pack_source(randomness: str, key: bytes | None):
     return Keystream(key)
 
 
-def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict,
-                   key: bytes | None = None) -> None:
-    """The Ray Tune function trainable: one trial is one pack. ``key`` (secret randomness) comes through
-    ``tune.with_parameters``, i.e. Ray's object store, never through the trial's config (which Tune writes to disk)."""
-    import os
+def tune_checkpoint(every_s: float):
+    """A pack checkpoint in Ray Tune's storage: saved with ``tune.report(..., checkpoint=...)``, found by a retried
+    attempt of the same trial with ``tune.get_checkpoint()`` (a worker killed for memory or a lost node)."""
+    import torch
+    from ray import tune
 
+    from raco_bench.packs.run import PackCheckpoint
+
+    restored = None
+    found = tune.get_checkpoint()
+    if found is not None:
+        with found.as_directory() as folder:
+            restored = torch.load(Path(folder) / PACK_STATE, weights_only=False)  # written by this trial's earlier attempt
+
+    def save(state: dict) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            torch.save(state, Path(folder) / PACK_STATE)
+            tune.report({"checkpoint_saved": 1.0}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    return PackCheckpoint(save, restored, every_s)
+
+
+PACK_STATE = "pack_state.pt"
+
+
+def tune_trainable(config: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str, env: dict,
+                   key: bytes | None = None, checkpoint_every_s: float = 60.0) -> None:
+    """The Ray Tune function trainable: one trial is one pack. ``key`` (secret randomness) comes through
+    ``tune.with_parameters``, i.e. Ray's object store, never through the trial's config (which Tune writes to disk).
+    The last report says ``recorded``: the pack's configurations are in MLflow (what the console counts)."""
     from ray import tune
 
     os.environ.update(env)
-    summary = execute_pack(config["pack"], tracking_uri, experiment_id, parent_run_id, device, key=key)
-    tune.report({k: (v if not isinstance(v, float) or math.isfinite(v) else -1.0) for k, v in summary.items()})
+    summary = execute_pack(config["pack"], tracking_uri, experiment_id, parent_run_id, device, key=key,
+                           checkpoint=tune_checkpoint(checkpoint_every_s))
+    tune.report({**{k: (v if not isinstance(v, float) or math.isfinite(v) else -1.0) for k, v in summary.items()}, "recorded": 1.0})

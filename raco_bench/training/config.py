@@ -54,8 +54,9 @@ class RunConfig:
                              "(sgda, sgd, or dp-fermi with --set privacy=none), or give a finite epsilon")
         if not 0 < self.delta < 1:
             raise ValueError(f"invalid delta={self.delta!r}: must be in (0, 1)")
-        if not (math.isfinite(self.gamma) and self.gamma >= 0):
-            raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack must be a finite number >= 0")
+        if not (math.isfinite(self.gamma) and 0 <= self.gamma <= 1):
+            raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack bounds a difference of rates, so it must be in [0, 1] "
+                             "(a gamma above 1 constrains nothing)")
         from raco_bench.data.schema import PREPROCESSING_MODES
 
         if self.preprocessing not in PREPROCESSING_MODES:

@@ -152,6 +152,19 @@ class RunRecorder:
     def wants(self, t: int) -> bool:
         return t in self.eval_at
 
+    def snapshot(self) -> dict:
+        """What the recorder has recorded so far (a pack's checkpoint, :mod:`raco_bench.packs.checkpoint`)."""
+        return {"history": self.history, "selected": self.selected, "selected_params": self.selected_params,
+                "private_params": self.private_params, "selector_best": self.selector.best if self.selector else None,
+                "selector_releases": self.selector.releases if self.selector else []}
+
+    def restore(self, saved: dict) -> None:
+        """Continue from a :meth:`snapshot`: the steps it covers are not recorded again."""
+        self.history, self.selected = list(saved["history"]), saved["selected"]
+        self.selected_params, self.private_params = saved["selected_params"], saved["private_params"]
+        if self.selector is not None:
+            self.selector.best, self.selector.releases = saved["selector_best"], list(saved["selector_releases"])
+
     def observe(self, t: int, params: dict, metrics: dict[str, dict], report: dict, val_logits: torch.Tensor | None) -> None:
         """Record the evaluation at step ``t``: ``metrics`` per split, the method's ``report``, the validation logits."""
         cfg = self.run.ctx.run

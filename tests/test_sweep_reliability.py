@@ -1,0 +1,241 @@
+"""A sweep never reports work it did not do (docs/sweeps.md, "Interrupts, failures and --resume").
+
+Real sweeps on an embedded local Ray and a real SQLite MLflow store: Ctrl-C (SIGINT to the driver) in phase 1,
+then ``--resume``; an earlier phase-2 record for a configuration that is not the winner; a pack worker killed
+mid-pack (SIGKILL), retried from its checkpoint; an unreachable tracking store. Each test stops only the processes
+its own sweep started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from raco_bench import tracking
+from raco_bench.sweeps import SweepSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("raco-dp", "dp-fermi", "sgda")
+
+
+def _env(tmp: Path) -> dict:
+    """An embedded local Ray for each sweep (never a cluster the environment names)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _sweep(cwd: Path, *args: str, wait: bool = True):
+    cmd = [sys.executable, str(ROOT / "sweeps" / "adult.py"), *args]
+    if wait:
+        return subprocess.run(cmd, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=900)
+    return subprocess.Popen(cmd, cwd=cwd, env=_env(cwd), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _uri(cwd: Path) -> str:
+    return f"sqlite:///{cwd / 'mlflow.db'}"
+
+
+def _experiment(cwd: Path, name: str) -> str | None:
+    if not (cwd / "mlflow.db").exists():
+        return None
+    exp = tracking.client(_uri(cwd)).get_experiment_by_name(name)
+    return None if exp is None else exp.experiment_id
+
+
+def _complete_packs(cwd: Path, name: str, phase: int | None = None) -> list:
+    exp = _experiment(cwd, name)
+    return [] if exp is None else tracking.completed_packs(_uri(cwd), exp, phase=phase)
+
+
+def _wait(condition, timeout: float = 300.0, what: str = "") -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - the store may be mid-write
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _parents(cwd: Path, name: str) -> dict[int, str]:
+    exp = _experiment(cwd, name)
+    runs = tracking.search_all(_uri(cwd), [exp], f"tags.`{tracking.KIND}` = 'phase'")
+    return {int(r.data.tags[tracking.PHASE]): r.info.status for r in runs}
+
+
+def _table(cwd: Path, name: str, phase: int) -> pd.DataFrame:
+    runs = _complete_packs(cwd, name, phase)
+    return tracking.pack_tables(_uri(cwd), runs).set_index("trial_key").sort_index()
+
+
+def _selected(cwd: Path, name: str) -> list[dict]:
+    exp = _experiment(cwd, name)
+    c = tracking.client(_uri(cwd))
+    (parent,) = tracking.search_all(_uri(cwd), [exp], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2'")
+    rows = json.loads(Path(c.download_artifacts(parent.info.run_id, "selected_configurations.json", str(cwd))).read_text())
+    return [{k: r[k] for k in ("method", "epsilon", "gamma", "config_id", "phase2_runs", "test_accuracy_mean")} for r in rows]
+
+
+SMOKE = ["--smoke", "--max-steps", "100", "--methods", *METHODS, "--pack-size", "1"]
+SMOKE_NAME = SweepSpec(dataset="adult").smoke().experiment
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterrupted_end_state(tmp_path):
+    """Ctrl-C in phase 1: exit 130, phase-1 parent KILLED, no phase 2, one line naming --resume; a rerun without
+    --resume is refused; --resume (after an earlier phase-2 record for a configuration that is not a winner) trains
+    what phase 1 lacks and every winner without a phase-2 record, with the selections and phase-2 results of an
+    uninterrupted sweep and no duplicate; a second --resume trains nothing."""
+    run, ref = tmp_path / "interrupted", tmp_path / "uninterrupted"
+    run.mkdir(), ref.mkdir()
+    key = ["--key-file", str(tmp_path / "sweep.key")]  # one secret key for both sweeps: the same draws, so the same results
+
+    proc = _sweep(run, *SMOKE, *key, wait=False)
+    _wait(lambda: len(_complete_packs(run, SMOKE_NAME, 1)) >= 2, what="two phase-1 packs")
+    os.kill(proc.pid, signal.SIGINT)  # Ctrl-C to the driver only
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert "phase 1 was interrupted" in out and any("--resume" in line for line in out.splitlines()[-3:])
+    recorded = len(_complete_packs(run, SMOKE_NAME, 1))
+    assert 2 <= recorded < 12 and _parents(run, SMOKE_NAME) == {1: "KILLED"}  # no phase 2 at all
+    assert "[sweep] phase 2" not in out and "[phase 2]" not in out
+
+    again = _sweep(run, *SMOKE, *key)
+    assert again.returncode == 2 and "continue it with the same command and --resume" in again.stderr
+
+    reference = _sweep(ref, *SMOKE, *key)
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    expected = _selected(ref, SMOKE_NAME)
+    loser = _plant_stale_phase2_record(run, ref, expected)
+
+    resumed = _sweep(run, *SMOKE, *key, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"{12 - recorded} configurations to train ({recorded} already recorded)" in resumed.stdout
+    assert _parents(run, SMOKE_NAME) == {1: "FINISHED", 2: "FINISHED"}
+    assert _selected(run, SMOKE_NAME) == expected  # the same winners, each with all its phase-2 seeds
+    for phase in (1, 2):
+        got, want = _table(run, SMOKE_NAME, phase), _table(ref, SMOKE_NAME, phase)
+        if phase == 2:
+            got = got.drop(index=loser)  # the earlier record stays, and the summary ignores it
+        assert list(got.index) == list(want.index)  # every configuration once
+        pd.testing.assert_series_equal(got["test_accuracy"], want["test_accuracy"])
+
+    twice = _sweep(run, *SMOKE, *key, "--resume")
+    assert twice.returncode == 0 and "0 configurations to train (12 already recorded)" in twice.stdout
+    assert "phase 2: 0 configurations to train" in twice.stdout
+
+
+def _plant_stale_phase2_record(run: Path, ref: Path, winners: list[dict]) -> str:
+    """A complete phase-2 record in ``run`` for a configuration that is not a winner (what an earlier phase 2, run from
+    an incomplete selection, left): the sweep must train the true winners anyway and report only them."""
+    from raco_bench.sweeps.plan import make_packs, make_trial
+    from raco_bench.sweeps.trial import execute_pack
+
+    spec = SweepSpec(dataset="adult", methods=METHODS).smoke()
+    from dataclasses import replace
+
+    spec = replace(spec, max_steps=100)
+    chosen = {(w["method"], w["config_id"]) for w in winners}
+    table = _table(ref, SMOKE_NAME, 1)
+    row = next(r for _, r in table.iterrows() if r["method"] == "sgda" and (r["method"], int(r["config_id"])) not in chosen)
+    trial = make_trial(spec, 2, "sgda", None, None, int(row["config_id"]), json.loads(row["params"]), 1000)
+    uri = _uri(run)
+    exp = _experiment(run, SMOKE_NAME)
+    parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 2, {})
+    tracking.set_status(uri, parent, "KILLED")
+    (pack,) = make_packs([trial], 1)
+    execute_pack(pack, uri, exp, parent, key=bytes.fromhex((run.parent / "sweep.key").read_text().strip()))
+    return trial["trial_key"]
+
+
+@pytest.mark.slow
+def test_a_pack_worker_killed_mid_pack_is_retried_from_its_checkpoint_with_identical_results(tmp_path):
+    """SIGKILL of the Ray worker that trains a pack, after its first checkpoint: Tune retries the pack, the retry
+    continues from the checkpoint (its run says so), and every configuration's results equal those of a sweep that
+    was never killed."""
+    run, ref = tmp_path / "killed", tmp_path / "whole"
+    run.mkdir(), ref.mkdir()
+    args = ["--smoke", "--methods", "raco-dp", "--n-configs", "8", "--max-steps", "1500", "--phase2-seeds", "1", "--pack-size", "16",
+            "--pack-checkpoint-s", "1", "--key-file", str(tmp_path / "sweep.key")]
+    name = SweepSpec(dataset="adult").smoke().experiment
+    proc = _sweep(run, *args, wait=False)
+    checkpoints = lambda: list((run / "ray_results").rglob("pack_state.pt"))  # noqa: E731
+    _wait(lambda: checkpoints(), what="the pack's first checkpoint")
+    exp = _experiment(run, name)
+    (pack,) = tracking.search_all(_uri(run), [exp], f"tags.`{tracking.KIND}` = 'pack'")
+    os.kill(int(pack.data.tags["worker_pid"]), signal.SIGKILL)  # the worker this test's sweep started
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    (pack,) = _complete_packs(run, name, 1)
+    assert pack.data.tags["attempt_resumed_from_checkpoint"] == "yes"
+    whole = _sweep(ref, *args)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    got, want = _table(run, name, 1), _table(ref, name, 1)
+    assert list(got.index) == list(want.index)
+    for col in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "steps", "epsilon_spent"):
+        pd.testing.assert_series_equal(got[col], want[col])
+
+
+# ----------------------------------------------------------------------------------- the tracking store
+class _SilentServer:
+    """A TCP server on loopback that accepts connections and never answers (a hung tracking server)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        try:
+            while True:
+                self.conns.append(self.sock.accept()[0])
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("server", ["refused", "silent"])
+def test_an_unreachable_store_fails_within_seconds_before_ray_or_loading(tmp_path, server):
+    """A refused or a silent tracking server: the sweep fails before Ray starts and the report before it loads
+    anything, each within 10 s with the fix in one line (MLflow's own client retries for minutes)."""
+    silent = _SilentServer() if server == "silent" else None
+    uri = f"http://127.0.0.1:{silent.port if silent else _closed_port()}"
+    try:
+        for cmd in ([sys.executable, str(ROOT / "sweeps" / "adult.py"), "--smoke", "--tracking-uri", uri],
+                    [sys.executable, "-m", "raco_bench.cli", "report", "--experiment", "x", "--tracking-uri", uri]):
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+            elapsed = time.monotonic() - t0
+            assert proc.returncode == 2 and "is unreachable" in proc.stderr and "--tracking-uri" in proc.stderr, proc.stderr[-2000:]
+            assert elapsed < 10, f"{cmd[1]} took {elapsed:.1f}s"
+            assert not (tmp_path / "ray_results").exists() and not (tmp_path / "mlflow.db").exists()
+    finally:
+        if silent:
+            silent.close()
