@@ -6,11 +6,13 @@ per sweep script, a parent run per phase, a child run per trial).
   store); on a cluster, an MLflow server on the head node (``MLFLOW_TRACKING_URI``). ``file:`` URIs
   and bare paths are refused with a clear error.
 * Idempotent logging: a trial's run is found by its deterministic ``trial_key`` tag. A run marked
-  complete is never trained or logged again; an incomplete one (a killed attempt) is reused.
+  complete is never trained or logged again; an incomplete one (a killed attempt) is reused when the
+  attempt drew from the same word source, and deleted and created anew when it did not (its
+  ``raco_bench.key_id`` tag, a one-way fingerprint of the key, differs).
   Evaluation curves are streamed while the trial trains (:class:`LiveMetrics`, batched every few
   seconds); a reused run skips the (metric, step) points it already holds, and the final metrics and
   params skip keys already present, so a retried or resumed trial never creates a second run and
-  never duplicates or loses a metric point (training is deterministic in its seed).
+  never duplicates or loses a metric point (training is deterministic in its stream and key).
 * The experiment is created once, on the driver; SQLite writes are retried while the file is locked.
 """
 
@@ -327,6 +329,18 @@ def completed_packs(uri: str, experiment_id: str, sweep_id: str | None = None, p
     if phase is not None:
         query += f" and tags.`{PHASE}` = '{phase}'"
     return search_all(uri, [experiment_id], query)
+
+
+def drop_abandoned_packs(uri: str, experiment_id: str, sweep_id: str, phase: int, planned: set[str]) -> int:
+    """Delete the incomplete pack runs of a phase that no planned pack continues (an attempt killed with the driver, a
+    pack re-planned smaller after running out of memory): they record nothing, and would stay incomplete forever."""
+    query = f"tags.`{KIND}` = 'pack' and tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}'"
+    dropped = 0
+    for run in search_all(uri, [experiment_id], query):
+        if run.data.tags.get(COMPLETE) != "1" and run.data.tags.get(PACK_KEY) not in planned:
+            retry(lambda run=run: client(uri).delete_run(run.info.run_id))
+            dropped += 1
+    return dropped
 
 
 def pack_tables(uri: str, runs: list):

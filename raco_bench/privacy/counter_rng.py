@@ -161,6 +161,8 @@ def stream_keys(seeds: torch.Tensor, step: torch.Tensor | int, purpose: int, sou
     seeds = torch.as_tensor(seeds, dtype=torch.int64)
     step = torch.as_tensor(step, dtype=torch.int64, device=seeds.device)
     key = mix(mix(seeds ^ _SEED_SALT) + mix(step * _STEP_MULT + purpose))
+    if not 0 <= purpose < 256:
+        raise ValueError(f"purpose {purpose} is outside the counter block's 8-bit purpose field")
     if source.secret is not None and bool((step >= _MAX_STEP).any() | (step < 0).any()):
         raise ValueError(f"step {step.max().item()} is outside the secret generator's counter range [0, {_MAX_STEP})")
     tag = torch.broadcast_to(step * (1 << 40) + purpose * (1 << 32), key.shape)

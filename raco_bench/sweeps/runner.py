@@ -125,12 +125,16 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str
     resources, _ = _resources(args)
     todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
     slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
-    size = args.pack_size or auto_pack_size(len(todo), slots, bool(resources.get("gpu")))
+    # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
+    # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
+    size = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
     print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
           f"in {len(make_packs(todo, size))} packs of up to {size}", flush=True)
     attempt = 0
     while todo:
-        errors = _fit(spec, phase, make_packs(todo, size), len(todo), args, uri, experiment_id, parent, storage, key, attempt)
+        packs = make_packs(todo, size)
+        tracking.drop_abandoned_packs(uri, experiment_id, spec.sweep_id, phase, {p["pack_key"] for p in packs})
+        errors = _fit(spec, phase, packs, len(todo), args, uri, experiment_id, parent, storage, key, attempt)
         todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
         if not todo:
             break

@@ -112,6 +112,16 @@ def run_config(trial: dict, device: str):
     )
 
 
+ACCOUNTED_STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a reader of the released model only; this store also holds "
+                        "K and every candidate run of the search")
+
+
+def outside_budget(trial: dict, privacy: dict) -> list[str]:
+    """What the run lists outside the budget: the pipeline's labels, and under accounted tuning that the store holds more
+    than the released model (docs/privacy.md, "Threat model")."""
+    return list(privacy["outside_budget"]) + ([ACCOUNTED_STORE_NOTE] if trial.get("tuning") == "accounted" else [])
+
+
 def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str, str]]:
     """(metrics, params, tags) of one trained configuration, as its MLflow run and its pack-table row record them."""
     reported = result.reported
@@ -143,7 +153,7 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     cfg = result.config
     tags = {"checkpoint": cfg["checkpoint"], "checkpoint_note": reported["rule_note"], "privacy_notion": str(p.get("notion")),
             "randomness": cfg["randomness"],
-            "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(p["outside_budget"]) or "none",
+            "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(outside_budget(trial, p)) or "none",
             "method_style": ",".join(get_method(cfg["method"]).style)}
     return metrics, params, tags
 

@@ -41,6 +41,8 @@ SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constrai
 PAPER_CHECKPOINT_NOTE = "checkpoint=paper: selection with exact train-set constraints and validation accuracy is OUTSIDE the privacy budget"
 REPRODUCIBLE_NOTE = "noise reproducible from the logged seed: the epsilon holds only if the seed is secret (randomness=reproducible)"
 TRAIN_METRICS_NOTE = "exact training-set metrics released (train_* metrics and curves)"
+UNPUBLISHED_N_NOTE = ("n_train and q = B/n released exactly, and n is not the dataset's published split size: under add/remove "
+                      "neighbours n tells D from D' (docs/privacy.md, \"Threat model\")")
 SPLITS = ("train", "val", "test")
 
 
@@ -114,6 +116,8 @@ def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> d
         outside.append(TRAIN_METRICS_NOTE)
     if cfg.randomness == "reproducible" and privacy.get("private", False):
         outside.append(REPRODUCIBLE_NOTE)
+    if privacy.get("private", False) and ds.name in TRAIN_ROWS and len(ds.train) != TRAIN_ROWS[ds.name]:
+        outside.append(UNPUBLISHED_N_NOTE)  # the published size is what the threat model takes as public
     return {**privacy, "preprocessing": ds.preprocessing, "checkpoint_rule": cfg.checkpoint, "randomness": cfg.randomness,
             "checkpoint_rule_note": CHECKPOINT_RULES[cfg.checkpoint], "outside_budget": outside,
             "end_to_end": privacy.get("private", False) and not outside}
