@@ -136,11 +136,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"the directory of --json {out} does not exist; create it first")
     from raco_bench.privacy.counter_rng import Keystream
 
+    uri = None
+    if not args.no_mlflow:
+        from raco_bench import tracking
+
+        uri = tracking.resolve_tracking_uri(args.tracking_uri)
+        tracking.check_reachable(uri)
     run = prepare_run(cfg, source=Keystream.for_mode(cfg.randomness, args.key_file))  # validates and plans privacy before training
     print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
           f"T = {run.ctx.steps}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
     print(_summary(result))
+    if not args.no_mlflow:
+        from raco_bench.sweeps.trial import log_single_run
+
+        run_id = log_single_run(uri, args.experiment, result, run.ctx.dataset)
+        print(f"logged to {uri}, experiment {args.experiment!r}, run {run_id}")
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=float))
         print(f"wrote {args.json}")
@@ -350,6 +361,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="also evaluate and release exact training-set metrics; they are statistics of the private rows, so the run "
                         "lists them OUTSIDE THE BUDGET (default: off; checkpoint=paper reads them anyway)")
     p.add_argument("--json", default=None, help="write the resolved config, privacy plan and metrics to this file (default: none)")
+    p.add_argument("--experiment", default="raco-bench-train", help="MLflow experiment of the run (default: %(default)s)")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the run to MLflow (default: logged, as a sweep logs a configuration)")
     p.add_argument("--quiet", action="store_true", help="no progress lines (default: progress on stderr)")
     p.epilog = _set_keys_epilog()
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -455,6 +469,9 @@ HANDLERS = {"datasets": (None, "_cmd_datasets"), "train": (_add_train, "_cmd_tra
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s options are built (all of them when ``command`` is None and details are asked for)."""
     parser = argparse.ArgumentParser(prog="raco-bench", description="Private learning under rate constraints: RaCO-DP and baselines.")
+    from raco_bench import __version__
+
+    parser.add_argument("--version", action="version", version=f"raco-bench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -31,8 +31,9 @@ def test_non_private_sgda_meets_demographic_parity_on_adult(adult):
 @pytest.mark.slow
 def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
     out = tmp_path / "run.json"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = _cli("train", "--dataset", "adult", "--method", "raco-dp", "--constraint", "demographic-parity", "--gamma", "0.05",
-                "--epsilon", "1", "--delta", "1e-5", "--seed", "0", "--json", str(out), timeout=120)
+                "--epsilon", "1", "--delta", "1e-5", "--seed", "0", "--json", str(out), "--tracking-uri", uri, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "epsilon spent" in proc.stdout and "step" in proc.stderr
     result = json.loads(out.read_text())
@@ -44,6 +45,19 @@ def test_raco_dp_cli_at_epsilon_one_on_adult(tmp_path):
     assert result["selected"] is None or "not privacy-accounted" in result["selected"]["label"]
     assert p["preprocessing"] == "public" and p["checkpoint_rule"] == "last" and p["outside_budget"] == [] and p["end_to_end"]
     assert "OUTSIDE" not in proc.stdout
+    assert "train" not in result["last"] and all("train" not in e for e in result["history"])  # no exact training-set metric by default
+    # the run is in MLflow as a sweep logs a configuration: tags, final metrics, step-indexed curves, weights and its model
+    from raco_bench import tracking
+
+    c = tracking.client(uri)
+    (run,) = c.search_runs([c.get_experiment_by_name("raco-bench-train").experiment_id])
+    tags, metrics = run.data.tags, run.data.metrics
+    assert tags["method"] == "raco-dp" and tags["epsilon"] == "1.0" and tags["randomness"] == "secret" and tags["outside_budget"] == "none"
+    assert run.info.run_name.startswith("eps=1 gamma=0.05 raco-dp") and run.info.status == "FINISHED"
+    assert metrics["epsilon_spent"] == pytest.approx(p["epsilon_spent"]) and "test_accuracy" in metrics and "train_accuracy" not in metrics
+    curve = c.get_metric_history(run.info.run_id, "eval/val_accuracy")
+    assert [m.step for m in curve] == [e["step"] for e in result["history"]]
+    assert {a.path for a in c.list_artifacts(run.info.run_id)} >= {"config.json", "weights.npz", "weights_last.npz"}
 
 
 def test_checkpoint_rules_and_outside_budget_labels(adult):
@@ -134,7 +148,7 @@ def test_variants_run_and_account(dataset, method, constraint, sets):
 @pytest.mark.slow
 def test_dp_fermi_full_privacy_cli_at_epsilon_one_on_adult(tmp_path):
     out = tmp_path / "fermi.json"
-    proc = _cli("train", "--dataset", "adult", "--method", "dp-fermi", "--epsilon", "1", "--quiet", "--json", str(out), timeout=300)
+    proc = _cli("train", "--dataset", "adult", "--method", "dp-fermi", "--epsilon", "1", "--quiet", "--json", str(out), "--no-mlflow", timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["privacy"]["privacy_mode"] == "full" and result["privacy"]["epsilon_spent"] <= 1.0
@@ -152,3 +166,10 @@ def test_a_batch_larger_than_the_training_split_is_refused_before_loading(tmp_pa
     for method in ("raco-dp", "dp-fermi", "dp-sgd"):
         with pytest.raises(ValueError, match=r"batch_size=50000.*training split \(28829 rows"):
             prepare_run(RunConfig(dataset="adult", method=method, params={"batch_size": 50000}))
+
+
+def test_cli_version():
+    from raco_bench import __version__
+
+    proc = _cli("--version", timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"raco-bench {__version__}"

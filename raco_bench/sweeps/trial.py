@@ -209,6 +209,29 @@ class ChildRun:
             )
 
 
+TRAIN_EXPERIMENT = "raco-bench-train"  # where `raco-bench train` logs its runs
+
+
+def log_single_run(uri: str, experiment: str, result, dataset) -> str:
+    """Log one `raco-bench train` run as a sweep logs a phase-2 configuration: params, final metrics, tags, step-indexed
+    curves, config.json, weights and the reported model as a pyfunc model. Returns the run id."""
+    cfg = result.config
+    trial = {"sweep_id": "", "phase": 0, "trial_key": "", "dataset": cfg["dataset"], "method": cfg["method"], "constraint": cfg["constraint"],
+             "epsilon": cfg["epsilon"] if result.privacy["private"] else None, "gamma": cfg["gamma"], "config_id": "", "seed": cfg["seed"]}
+    metrics, params, tags = trial_outputs(trial, result)
+    tags.update({tracking.KIND: "train", "method": cfg["method"], "dataset": cfg["dataset"], "constraint": cfg["constraint"],
+                 "epsilon": str(trial["epsilon"]), "gamma": str(cfg["gamma"]), "seed": str(cfg["seed"])})
+    exp = tracking.get_or_create_experiment(uri, experiment)
+    eps = f"eps={trial['epsilon']:g}" if trial["epsilon"] is not None else "non-private"
+    run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=f"{eps} gamma={cfg['gamma']:g} {cfg['method']} "
+                                                                                                    f"seed={cfg['seed']}")).info.run_id
+    live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
+    live.add([p for entry in result.history for p in history_points(entry)])
+    live.flush()
+    ChildRun(run_id, False, live).close(trial, result, metrics, params, tags, uri, dataset)
+    return run_id
+
+
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
                  flush_every_s: float = 10.0, key: bytes | None = None, checkpoint=None) -> dict:
     """Train and log one pack (its configurations in lockstep where a batched engine exists, see
