@@ -21,6 +21,7 @@ COMMANDS = {
     "train": "train one configuration and print its summary",
     "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
     "report": "figures and tables of a sweep from MLflow",
+    "sweeps": "the sweeps in a tracking store: id, experiment, state, configurations recorded / planned per phase, command",
     "results": "RaCO-DP against every other method, study by study and per epsilon, from the results pages in DIR (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), report-scale, preprocessing (accuracy cost of public domains)",
 }
@@ -198,6 +199,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(f"note: {note}")
     return 0
+
+
+def _cmd_sweeps(args: argparse.Namespace) -> int:
+    from raco_bench import tracking
+    from raco_bench.sweeps.listing import format_sweeps, list_sweeps
+
+    uri = tracking.resolve_tracking_uri(args.tracking_uri)
+    tracking.require_existing_store(uri)
+    tracking.check_reachable(uri)
+    print(format_sweeps(list_sweeps(uri, args.experiment)))
+    return 0
+
+
+def _add_sweeps(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--experiment", default=None, help="only this experiment's sweeps (default: every experiment)")
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
@@ -463,7 +480,8 @@ def _add_bench(p: argparse.ArgumentParser) -> None:
 
 
 HANDLERS = {"datasets": (None, "_cmd_datasets"), "train": (_add_train, "_cmd_train"), "audit": (_add_audit, "_cmd_audit"),
-            "report": (_add_report, "_cmd_report"), "results": (_add_results, "_cmd_results"), "bench": (_add_bench, "_cmd_bench")}
+            "report": (_add_report, "_cmd_report"), "results": (_add_results, "_cmd_results"), "bench": (_add_bench, "_cmd_bench"),
+            "sweeps": (_add_sweeps, "_cmd_sweeps")}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ import pytest
 
 from raco_bench import tracking
 from raco_bench.sweeps import SweepSpec
+from raco_bench.sweeps.listing import list_sweeps
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("raco-dp", "dp-fermi", "sgda")
@@ -115,6 +116,8 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
 
     again = _sweep(run, *SMOKE, *key)
     assert again.returncode == 2 and "continue it with the same command and --resume" in again.stderr
+    (listed,) = list_sweeps(_uri(run))  # `raco-bench sweeps`: what the store holds, not what was scheduled
+    assert listed["state"] == "KILLED" and listed["phases"]["1"] == {"state": "KILLED", "recorded": recorded, "planned": 12}
 
     reference = _sweep(ref, *SMOKE, *key)
     assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
@@ -125,6 +128,8 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"{12 - recorded} configurations to train ({recorded} already recorded)" in resumed.stdout
     assert _parents(run, SMOKE_NAME) == {1: "FINISHED", 2: "FINISHED"}
+    (listed,) = list_sweeps(_uri(run))
+    assert listed["state"] == "FINISHED" and listed["phases"]["1"]["recorded"] == 12 and "--resume" not in listed["command"]
     assert _selected(run, SMOKE_NAME) == expected  # the same winners, each with all its phase-2 seeds
     for phase in (1, 2):
         got, want = _table(run, SMOKE_NAME, phase), _table(ref, SMOKE_NAME, phase)

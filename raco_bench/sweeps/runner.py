@@ -32,6 +32,7 @@ from pathlib import Path
 from raco_bench import tracking
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
+from raco_bench.sweeps.listing import PLANNED
 from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.spec import SweepSpec
 
@@ -104,6 +105,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
         return
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
     tracking.set_status(uri, parent, "RUNNING")
+    tracking.set_tags(uri, parent, {PLANNED: str(len(trials))})  # what `raco-bench sweeps` counts against
     try:
         _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key)
     except PhaseIncomplete as exc:
