@@ -52,7 +52,7 @@ def require_existing_store(uri: str) -> None:
             raise ValueError(f"no MLflow store at {path}: run a sweep there first, or pass --tracking-uri to the store that holds it")
 
 
-REACH_TIMEOUT_S = 5.0  # a tracking server that does not answer /health within this is reported before anything starts
+REACH_TIMEOUT_S = 3.0  # a tracking server that does not answer /health within this is reported before anything starts
 
 
 def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
