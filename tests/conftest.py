@@ -29,6 +29,17 @@ def data_root() -> Path:
     return Path(root)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (statistical checks and small steps; the machine has 2 cores), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def adult():
     from raco_bench.data import load_dataset

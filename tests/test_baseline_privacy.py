@@ -34,12 +34,7 @@ from mutants import first_catch, load_mutant  # noqa: E402
 DELTA = 1e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 _DATA = {}

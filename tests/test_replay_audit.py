@@ -8,17 +8,10 @@ replay reproduces any run and ε̂ stays at or below the claim (docs/privacy.md,
 from __future__ import annotations
 
 import pytest
-import torch
 
 from raco_bench.audit.replay import ReplayAttack, run_replay
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def test_replaying_logged_seeds_breaks_reproducible_runs_only():

@@ -35,7 +35,7 @@ from mutants import first_catch, load_mutant  # noqa: E402
 from planted_bugs import SETTINGS_BUGS  # noqa: E402
 from privacy_checks import reference_coefficients  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a few thousand real steps per check, on a real data set
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # a few thousand real steps per check, on real data
 
 DELTA = 1e-5
 STEPS = 2000  # ACS with equalized odds: 36 histogram cells and 32 parameters a step
@@ -49,12 +49,6 @@ FERMI_RUN = {"constraint": "equalized-odds", "epsilon": 1000.0, "steps": 10, "pa
 FERMI_RELEASES = 4000  # count releases (4 cells each: standard error of the std 0.56 %)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 _DATA: dict = {}

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import privacy_checks as checks  # noqa: E402
@@ -47,12 +46,7 @@ def mutant(name: str):
     return load_mutant(STEP_SOURCE, MUTATIONS[name], name, "raco_bench_mutant_step_", "step.py")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)

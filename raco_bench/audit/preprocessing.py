@@ -51,14 +51,20 @@ class AttackResult:
                 f"against a claimed epsilon of {self.claimed_epsilon:.3f}")
 
 
-def worlds(attack: PreprocessingAttack, split_seed: int = 0):
-    """(D, D′) as TabularDatasets that differ by exactly one training record, encoded each on its own."""
+def split_of(dataset: str, split_seed: int, train_rows: int | None):
+    """(table, split indices) of an audit's world D: the dataset's split, its training rows cut to the first ``train_rows``."""
     from raco_bench.data.catalog import load_table
 
-    table = load_table(attack.dataset)
+    table = load_table(dataset)
     idx = table.split(split_seed)
-    if attack.train_rows is not None:
-        idx = {**idx, "train": idx["train"][: attack.train_rows]}
+    if train_rows is not None:
+        idx = {**idx, "train": idx["train"][:train_rows]}
+    return table, idx
+
+
+def worlds(attack: PreprocessingAttack, split_seed: int = 0):
+    """(D, D′) as TabularDatasets that differ by exactly one training record, encoded each on its own."""
+    table, idx = split_of(attack.dataset, split_seed, attack.train_rows)
     src = int(idx["train"][0])
     features = table.frame.iloc[src].to_dict()
     features[attack.column] = attack.value

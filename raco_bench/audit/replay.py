@@ -87,12 +87,9 @@ class ReplayResult:
 
 def worlds(attack: ReplayAttack, split_seed: int = 0):
     """(D, D′): the training split (its first ``train_rows`` rows) and the same plus one record, the first test row."""
-    from raco_bench.data.catalog import load_table
+    from raco_bench.audit.preprocessing import split_of
 
-    table = load_table(attack.dataset)
-    idx = table.split(split_seed)
-    if attack.train_rows is not None:
-        idx = {**idx, "train": idx["train"][: attack.train_rows]}
+    table, idx = split_of(attack.dataset, split_seed, attack.train_rows)
     d = table.dataset(split_seed, "public", idx)
     d_prime = table.dataset(split_seed, "public", {**idx, "train": np.append(idx["train"], idx["test"][0])})
     return d, d_prime
