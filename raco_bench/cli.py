@@ -135,23 +135,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
         out = Path(args.json)
         if out.parent and not out.parent.exists():
             raise ValueError(f"the directory of --json {out} does not exist; create it first")
+    from raco_bench import tracking
     from raco_bench.privacy.counter_rng import Keystream
 
     uri = None
     if not args.no_mlflow:
-        from raco_bench import tracking
-
         uri = tracking.resolve_tracking_uri(args.tracking_uri)
         tracking.check_reachable(uri)
-    run = prepare_run(cfg, source=Keystream.for_mode(cfg.randomness, args.key_file))  # validates and plans privacy before training
+    source = Keystream.for_mode(cfg.randomness, args.key_file)
+    run = prepare_run(cfg, source=source)  # validates and plans privacy before training
+    if source.secret is None:
+        randomness = "reproducible from the seed (labelled OUTSIDE THE BUDGET)"
+    elif args.key_file:
+        randomness = f"secret, key kept in {args.key_file} (fingerprint {tracking.key_id(source.secret)})"
+    else:
+        randomness = "secret, a fresh key from the OS that is written nowhere"
     print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
-          f"T = {run.ctx.steps}", file=sys.stderr)
+          f"T = {run.ctx.steps}; randomness: {randomness}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
     print(_summary(result))
     if not args.no_mlflow:
         from raco_bench.sweeps.trial import log_single_run
 
-        run_id = log_single_run(uri, args.experiment, result, run.ctx.dataset)
+        run_id = log_single_run(uri, args.experiment, result, run.ctx.dataset, tracking.key_id(source.secret))
         print(f"logged to {uri}, experiment {args.experiment!r}, run {run_id}")
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=float))

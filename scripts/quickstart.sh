@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up the virtual environment (CPU torch first) and run the main job: a small Adult sweep of RaCO-DP,
-# DP-FERMI and non-private SGDA on an embedded local Ray with a SQLite MLflow store, then its report.
+# Set up the virtual environment (CPU torch first) and run the main job: a small Adult sweep of every default
+# method (RaCO-DP, DP-FERMI, SGDA, PF-LD, DP post-processing, budget tailoring) on an embedded local Ray with a
+# SQLite MLflow store, then its report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh

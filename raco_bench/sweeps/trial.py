@@ -212,7 +212,7 @@ class ChildRun:
 TRAIN_EXPERIMENT = "raco-bench-train"  # where `raco-bench train` logs its runs
 
 
-def log_single_run(uri: str, experiment: str, result, dataset) -> str:
+def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
     """Log one `raco-bench train` run as a sweep logs a phase-2 configuration: params, final metrics, tags, step-indexed
     curves, config.json, weights and the reported model as a pyfunc model. Returns the run id."""
     cfg = result.config
@@ -220,7 +220,8 @@ def log_single_run(uri: str, experiment: str, result, dataset) -> str:
              "epsilon": cfg["epsilon"] if result.privacy["private"] else None, "gamma": cfg["gamma"], "config_id": "", "seed": cfg["seed"]}
     metrics, params, tags = trial_outputs(trial, result)
     tags.update({tracking.KIND: "train", "method": cfg["method"], "dataset": cfg["dataset"], "constraint": cfg["constraint"],
-                 "epsilon": str(trial["epsilon"]), "gamma": str(cfg["gamma"]), "seed": str(cfg["seed"])})
+                 "epsilon": str(trial["epsilon"]), "gamma": str(cfg["gamma"]), "seed": str(cfg["seed"]),
+                 **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
     exp = tracking.get_or_create_experiment(uri, experiment)
     eps = f"eps={trial['epsilon']:g}" if trial["epsilon"] is not None else "non-private"
     run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=f"{eps} gamma={cfg['gamma']:g} {cfg['method']} "
