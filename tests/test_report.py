@@ -50,7 +50,11 @@ def _is_pdf(path: Path) -> bool:
 
 
 def _run_sweep(cwd: Path, script: str, *args: str) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / script), "--smoke", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+    """A smoke sweep under a fixed secret key (beside, not inside, its folder): the same draws, so the same figures, every time."""
+    key = cwd.parent / f"{cwd.name}.key"
+    key.write_text("5c" * 32 + "\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / script), "--smoke", *args, "--key-file", str(key)], cwd=cwd, capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -77,7 +81,7 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     report = build_report("adult-demographic-parity-smoke", uri, out, references=refs, results=page)
     names = {p.name for p in report.files}
     readme = (page / "README.md").read_text()  # the results page states where its numbers come from
-    assert "**Command:** `python" in readme and "sweeps/adult.py --smoke --max-steps 100`" in readme
+    assert "**Command:** `python" in readme and "sweeps/adult.py --smoke --max-steps 100 --key-file " in readme
     assert "**Hardware:**" in readme and "**Suite version:** raco-bench" in readme and "**Wall time:**" in readme
     assert "reduced protocol: 2 configurations × 2 seeds, then 2 fresh seeds (the papers: 200 × 5, then 20)" in readme
     assert {"pareto.png", "pareto.pdf", "phase2_runs.csv"} <= {p.name for p in page.iterdir()}

@@ -182,7 +182,8 @@ def run_one_run(audit: OneRunAudit) -> OneRunResult:
     table = load_table(audit.dataset)
     ds, included = with_canaries(table.dataset(0, "public", table.split(0)), audit.canaries, np.random.default_rng(audit.seed))
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, seed=audit.seed,
-                    steps=audit.steps, checkpoint="last", params=dict(audit.params))
+                    steps=audit.steps, checkpoint="last", params=dict(audit.params),
+                    randomness="reproducible")  # an audit is repeatable from its --seed; the noise's distribution is the same
     run = prepare_run(cfg, ds)
     require_record_level(run.ctx.privacy, audit.method)
     result = execute(run)

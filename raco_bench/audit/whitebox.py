@@ -160,7 +160,8 @@ def calibrated_run(audit: WhiteBoxAudit):
         if lap0 is not None:
             params["laplace_scale"] = f * lap0
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, steps=audit.steps,
-                    checkpoint="last", device=audit.device, params=params)
+                    checkpoint="last", device=audit.device, params=params,
+                    randomness="reproducible")  # an audit is repeatable from its --seed; the noise's distribution is the same
     return prepare_run(cfg, ds)
 
 
