@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from raco_bench.methods import METHOD_NAMES
+from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
 
 COMMANDS = {
@@ -326,7 +327,7 @@ def _audit_replay(args: argparse.Namespace, uri: str | None) -> list[dict]:
     for mode in args.randomness:
         attack = ReplayAttack(dataset=args.dataset, method=args.method, epsilon=args.epsilon, delta=args.delta, randomness=mode, runs=args.runs,
                               train_rows=None if args.train_rows == 0 else args.train_rows, steps=args.steps, confidence=args.confidence,
-                              params=tuple({"batch_size": 256, **_parse_sets(args.set)}.items()))
+                              params=tuple({**dict(ReplayAttack.params), **_parse_sets(args.set)}.items()))
         attack.validate()
         result = run_replay(attack, progress=lambda text: print(f"  {text}", file=sys.stderr, flush=True))
         print(result.summary(), flush=True)
@@ -375,7 +376,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                         "budget (--set selection_noise=50 --set selection_checkpoints=5); paper = selection OUTSIDE the budget (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a hyperparameter or run setting, repeatable, e.g. --set noise_multiplier=3 (keys below)")
-    p.add_argument("--randomness", default=d.randomness, choices=["secret", "reproducible"],
+    p.add_argument("--randomness", default=d.randomness, choices=list(RANDOMNESS_MODES),
                    help="secret: every draw keyed by a secret key from the OS, written nowhere, so the epsilon holds against whoever reads "
                         "the output (seed included); reproducible: draws regenerable from the seed, labelled OUTSIDE THE BUDGET (default: %(default)s)")
     p.add_argument("--key-file", default=None, help="secret randomness: keep the key in this file (created, mode 0600, if absent) to repeat a "
@@ -384,7 +385,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                    help="also evaluate and release exact training-set metrics; they are statistics of the private rows, so the run "
                         "lists them OUTSIDE THE BUDGET (default: off; checkpoint=paper reads them anyway)")
     p.add_argument("--json", default=None, help="write the resolved config, privacy plan and metrics to this file (default: none)")
-    p.add_argument("--experiment", default="raco-bench-train", help="MLflow experiment of the run (default: %(default)s)")
+    from raco_bench.tracking import TRAIN_EXPERIMENT
+
+    p.add_argument("--experiment", default=TRAIN_EXPERIMENT, help="MLflow experiment of the run (default: %(default)s)")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the run to MLflow (default: logged, as a sweep logs a configuration)")
     p.add_argument("--quiet", action="store_true", help="no progress lines (default: progress on stderr)")
@@ -425,7 +428,7 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     r.add_argument("--dataset", default=dr.dataset, help="dataset (default: %(default)s)")
     r.add_argument("--epsilon", type=float, default=dr.epsilon, help="claimed epsilon of each run (default: %(default)s)")
     r.add_argument("--delta", type=float, default=dr.delta, help="delta (default: %(default)s)")
-    r.add_argument("--randomness", nargs="+", default=["reproducible", "secret"], choices=["reproducible", "secret"],
+    r.add_argument("--randomness", nargs="+", default=["reproducible", "secret"], choices=list(RANDOMNESS_MODES),
                    help="the victims' randomness modes to attack (default: both)")
     r.add_argument("--runs", type=int, default=dr.runs, help="released models per world (default: %(default)s)")
     r.add_argument("--train-rows", type=int, default=dr.train_rows, help="training rows of D, 0 = all (default: %(default)s)")

@@ -28,6 +28,7 @@ TRIAL_KEY = "raco_bench.trial_key"
 SWEEP_ID = "raco_bench.sweep_id"
 PHASE = "raco_bench.phase"
 COMPLETE = "raco_bench.complete"
+TRAIN_EXPERIMENT = "raco-bench-train"  # where `raco-bench train` logs its runs by default
 KEY_ID = "raco_bench.key_id"  # a one-way fingerprint of the secret key an incomplete run was trained under (never the key)
 KIND = "raco_bench.kind"
 PACK_KEY = "raco_bench.pack_key"

@@ -203,7 +203,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
             for entry in rec.history if progress else ():  # live curves: points already stored are skipped, lost ones sent again
                 progress(k, entry)
     for t in range(start, T_max + 1):
-        if checkpoint is not None and t > start and t <= T_max and time.monotonic() - last_save >= checkpoint.every_s:
+        if checkpoint is not None and t > start and time.monotonic() - last_save >= checkpoint.every_s:
             checkpoint.save({"step": t - 1, "engine": engine.state, "step_time": step_time, "recorders": [r.snapshot() for r in recorders]})
             last_save = time.monotonic()
         t0 = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.sweeps.spec import SweepSpec
 
 
@@ -39,7 +40,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
     p.add_argument("--tuning-repeats", type=int,
                    help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
-    p.add_argument("--randomness", choices=["secret", "reproducible"],
+    p.add_argument("--randomness", choices=list(RANDOMNESS_MODES),
                    help="secret (default): every draw is keyed by a secret key from the OS, written nowhere, so the epsilon holds against "
                         "the logs; reproducible: draws regenerable from the logged seeds (research runs; labelled OUTSIDE THE BUDGET)")
     p.add_argument("--key-file", help="secret randomness: keep the sweep's key in this file (created, mode 0600, if absent) so that "

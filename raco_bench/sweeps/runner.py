@@ -62,8 +62,8 @@ def sweep_key(spec: SweepSpec, args) -> bytes | None:
     OS for this invocation only, so a ``--resume`` without the file trains what is left under a new key."""
     from raco_bench.privacy.counter_rng import Keystream
 
-    source = Keystream.for_mode(spec.randomness, getattr(args, "key_file", None))
-    if source.secret is not None and getattr(args, "key_file", None) is None and args.resume:
+    source = Keystream.for_mode(spec.randomness, args.key_file)
+    if source.secret is not None and args.key_file is None and args.resume:
         print("[sweep] secret randomness without --key-file: what is left trains under a new key (docs/privacy.md, \"Threat model\")",
               flush=True)
     if spec.randomness == "reproducible":
@@ -130,11 +130,11 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
     size = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
+    packs = make_packs(todo, size)
     print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
-          f"in {len(make_packs(todo, size))} packs of up to {size}", flush=True)
+          f"in {len(packs)} packs of up to {size}", flush=True)
     attempt = 0
     while todo:
-        packs = make_packs(todo, size)
         tracking.drop_abandoned_packs(uri, experiment_id, spec.sweep_id, phase, {p["pack_key"] for p in packs})
         errors = _fit(spec, phase, packs, len(todo), args, uri, experiment_id, parent, storage, key, attempt)
         todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
@@ -147,6 +147,7 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str
             size, attempt = max(1, size // 2), attempt + 1
             print(f"[sweep] phase {phase}: {len(errors)} pack(s) ran out of memory; training the {len(todo)} configurations not recorded "
                   f"again in packs of up to {size}", flush=True)
+            packs = make_packs(todo, size)
             continue
         raise PhaseIncomplete(phase, recorded, len(trials), "FAILED", f"{len(errors)} pack(s) failed after {args.max_failures} retries; "
                               f"first: {errors[0]!r}; fix the cause")

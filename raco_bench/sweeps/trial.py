@@ -209,9 +209,6 @@ class ChildRun:
             )
 
 
-TRAIN_EXPERIMENT = "raco-bench-train"  # where `raco-bench train` logs its runs
-
-
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
     """Log one `raco-bench train` run as a sweep logs a phase-2 configuration: params, final metrics, tags, step-indexed
     curves, config.json, weights and the reported model as a pyfunc model. Returns the run id."""
