@@ -210,7 +210,7 @@ class BudgetTailoring(Method):
     private = True
     Hyper = TailoringHyper
     gamma_is_input = False
-    style = ("#999999", "h")
+    style = ("#888888", "h")  # grey
     doc = "docs/methods/budget-tailoring.md"
 
     def search_space(self, n_train: int) -> dict:

@@ -147,7 +147,7 @@ class DPFermi(Method):
     Hyper = DPFermiHyper
     gamma_is_input = False
     learning_rate_keys = ("lr", "lr_w")
-    style = ("#D55E00", "s")
+    style = ("#EE6677", "s")  # Tol bright red
     doc = "docs/methods/dp-fermi.md"
 
     def supports(self, constraint: str) -> str | None:

@@ -161,7 +161,7 @@ class PFLD(Method):
     private = True
     Hyper = PFLDHyper
     gamma_is_input = False
-    style = ("#F0E442", "X")
+    style = ("#66CCEE", "X")  # Tol bright cyan
     doc = "docs/methods/pf-ld.md"
 
     def supports(self, constraint: str) -> str | None:

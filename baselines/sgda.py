@@ -11,7 +11,7 @@ class SGDA(LagrangianSGDA):
     description = "non-private SGDA on the same rate-constrained Lagrangian (exact histogram, no clipping, no noise)"
     private = False
     constrained = True
-    style = ("#009E73", "^")
+    style = ("#228833", "^")  # Tol bright green
     doc = "docs/methods/sgda.md"
 
 
@@ -26,7 +26,7 @@ class DPSGD(LagrangianSGDA):
     gamma_is_input = False
     in_default_sweeps = False
     timing_reference = True
-    style = ("#CC79A7", "D")
+    style = ("#AA3377", "D")  # Tol bright purple
     doc = "docs/methods/dp-sgd.md"
 
 
@@ -37,5 +37,5 @@ class SGD(LagrangianSGDA):
     constrained = False
     gamma_is_input = False
     in_default_sweeps = False
-    style = ("#E69F00", "v")
+    style = ("#CCBB44", "v")  # Tol bright yellow
     doc = "docs/methods/dp-sgd.md"

@@ -469,7 +469,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment", required=True, help="the sweep's MLflow experiment, e.g. adult-demographic-parity")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>/)")
-    p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,violation,source (default: none)")
+    p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,constraint_value,source (default: none)")
     p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
     p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
     p.add_argument("--results", default=None, metavar="DIR",

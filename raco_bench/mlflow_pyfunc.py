@@ -10,6 +10,11 @@ row per example, in the signature's column order. Output: ``prediction`` (the cl
 model (its checkpoint rule, tag ``checkpoint``); the architecture is read from their names: ``weight``
 / ``bias`` is logistic regression, ``<i>.weight`` / ``<i>.bias`` are the linear layers of an MLP with
 ReLU between them.
+
+DP post-processing's model (weights with a ``postprocess`` table ``p[a, ŷ]``) is a randomised predictor that
+uses the group at prediction time: its input also has a ``group`` column (the group's index), its
+``probability_1`` is ``p[group, base prediction]`` and its ``prediction`` one draw from it (numpy's
+default generator, fresh per call).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ def forward(weights: dict[str, np.ndarray], X: np.ndarray) -> np.ndarray:
     """Logits of the linear model or ReLU MLP stored in ``weights``."""
     if "weight" in weights:
         return X @ weights["weight"].T + weights["bias"]
-    layers = sorted({int(k.split(".")[0]) for k in weights})
+    layers = sorted({int(k.split(".")[0]) for k in weights if k.split(".")[0].isdigit()})
     h = X
     for i, layer in enumerate(layers):
         h = h @ weights[f"{layer}.weight"].T + weights[f"{layer}.bias"]
@@ -45,7 +50,19 @@ class RacoBenchClassifier(mlflow.pyfunc.PythonModel):
             self.weights = {k: z[k].astype(np.float64) for k in z.files}
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
-        return predict_frame(self.weights, np.asarray(model_input, dtype=np.float64))
+        if "postprocess" not in self.weights:
+            return predict_frame(self.weights, np.asarray(model_input, dtype=np.float64))
+        return predict_postprocessed(self.weights, model_input)
+
+
+def predict_postprocessed(weights: dict[str, np.ndarray], frame: pd.DataFrame) -> pd.DataFrame:
+    """The randomised post-processed predictor: P(Y = 1) = table[group, base prediction], and one draw of it."""
+    if "group" not in frame:
+        raise ValueError("this model uses the group at prediction time: add a 'group' column (the group's index)")
+    base = predict_frame(weights, np.asarray(frame.drop(columns=["group"]), dtype=np.float64))["prediction"].to_numpy()
+    p1 = weights["postprocess"][np.asarray(frame["group"], dtype=np.int64), base]
+    draw = (np.random.default_rng().random(len(p1)) < p1).astype(np.int64)
+    return pd.DataFrame({"prediction": draw, "probability_0": 1.0 - p1, "probability_1": p1})
 
 
 mlflow.models.set_model(RacoBenchClassifier())

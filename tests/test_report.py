@@ -161,7 +161,7 @@ def test_a_collapsed_point_does_not_squeeze_the_others():
     low, high, cap = readable_limits(centres, np.array([0.01, 0.01, 0.01, 0.01, 0.01, 0.28]), keep=centres[:3])
     assert high < 0.45 and low < 0.17 and np.isfinite(cap)
     assert readable_limits(centres[:5], np.full(5, 0.01))[2] == np.inf  # nothing far out: nothing capped
-    rows = [{"method": m, "epsilon": 1.0, "gamma": 0.05, "config_id": i, "phase": 2, "test_violation": 0.02 * i, "test_violation_sd": 0.01,
+    rows = [{"method": m, "epsilon": 1.0, "gamma": 0.05, "config_id": i, "phase": 2, "test_max_constraint": 0.02 * i, "test_max_constraint_sd": 0.01,
              "test_error": e, "test_error_sd": s} for i, (m, e, s) in enumerate([("raco-dp", 0.18, 0.01), ("raco-dp", 0.17, 0.01),
                                                                                  ("dp-fermi", 0.19, 0.01), ("dp-fermi", 0.45, 0.28)])]
     agg = pd.DataFrame(rows)
@@ -176,7 +176,7 @@ def test_a_collapsed_point_does_not_squeeze_the_others():
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            tradeoff_figure(agg, df, pathlib_path(tmp), "pareto", "test_violation", "test_error", "violation", "error", "title")
+            tradeoff_figure(agg, df, pathlib_path(tmp), "pareto", "test_max_constraint", "test_error", "violation", "error", "title")
     finally:
         plt.close = original
     ax = captured["fig"].axes[0]
@@ -214,8 +214,8 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
     shipped = load_references(ROOT / "results" / "references.csv", {"heart"}, "false-negative-rate")
     assert len(shipped) >= 3 and shipped["source"].notna().all() and shipped["note"].notna().all()
 
-    rows = [{"method": "raco-dp", "epsilon": 1.0, "gamma": 0.5, "config_id": i, "phase": 2, "test_violation": 0.4 + 0.01 * i,
-             "test_violation_sd": 0.01, "test_error": 0.20 + 0.001 * i if i else 0.6, "test_error_sd": 0.001} for i in range(6)]  # one collapsed
+    rows = [{"method": "raco-dp", "epsilon": 1.0, "gamma": 0.5, "config_id": i, "phase": 2, "test_max_constraint": 0.4 + 0.01 * i,
+             "test_max_constraint_sd": 0.01, "test_error": 0.20 + 0.001 * i if i else 0.6, "test_error_sd": 0.001} for i in range(6)]  # one collapsed
     df = pd.DataFrame({"method": ["raco-dp"], "privacy_notion": ["record-level add/remove DP"], "delta": [1e-5], "checkpoint": ["last"],
                        "outside_budget": ["none"], "style": ["#0072B2,o"]})
     far = pd.DataFrame({"method": ["xgboost"], "dataset": ["heart"], "epsilon": [np.nan], "error": [0.02], "violation": [0.9], "source": ["x"]})
@@ -223,7 +223,7 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
     original = plt.close
     plt.close = lambda fig=None: captured.setdefault("fig", fig)
     try:
-        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_violation", "test_error", "violation", "error", "t", references=far)
+        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "violation", "error", "t", references=far)
     finally:
         plt.close = original
     ax = captured["fig"].axes[0]
@@ -239,7 +239,7 @@ def test_epsilon_panels_share_both_axes(tmp_path):
 
     from raco_bench.report.figures import tradeoff_figure
 
-    rows = [{"method": "raco-dp", "epsilon": eps, "gamma": 0.05, "config_id": 0, "phase": 2, "test_violation": v, "test_violation_sd": 0.001,
+    rows = [{"method": "raco-dp", "epsilon": eps, "gamma": 0.05, "config_id": 0, "phase": 2, "test_max_constraint": v, "test_max_constraint_sd": 0.001,
              "test_error": 0.2, "test_error_sd": 0.001} for eps, v in [(0.5, 0.002), (1.0, 0.05)]]
     df = pd.DataFrame({"method": ["raco-dp"], "privacy_notion": ["record-level add/remove DP"], "delta": [1e-5], "checkpoint": ["last"],
                        "outside_budget": ["none"], "style": ["#0072B2,o"]})
@@ -247,7 +247,7 @@ def test_epsilon_panels_share_both_axes(tmp_path):
     original = plt.close
     plt.close = lambda fig=None: captured.setdefault("fig", fig)
     try:
-        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_violation", "test_error", "violation", "error", "t")
+        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "violation", "error", "t")
     finally:
         plt.close = original
     first, second = captured["fig"].axes[:2]

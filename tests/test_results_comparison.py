@@ -13,7 +13,7 @@ import pytest
 from raco_bench.report.comparison import compare, load_pages, write_comparison
 from raco_bench.report.load import ReportError
 
-COLUMNS = ["method", "epsilon", "gamma", "config_id", "n_runs", "test_violation", "test_violation_sd", "test_error", "test_error_sd", "share_meeting"]
+COLUMNS = ["method", "epsilon", "gamma", "config_id", "n_runs", "test_max_constraint", "test_max_constraint_sd", "test_error", "test_error_sd", "share_meeting"]
 
 
 def _page(root, name, rows):

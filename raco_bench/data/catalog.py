@@ -8,6 +8,7 @@ project protocol (:mod:`raco_bench.data.tabular`). The counts in :data:`EXPECTED
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -394,3 +395,19 @@ def load_table(name: str, download: bool = True, **params) -> RawTable:
             _acs_download(params["survey_year"], params["horizon"])  # folktables fetches from the Census
         paths.append(files.ensure(raw, download=download))
     return spec.build(paths, **params)
+
+
+def provenance(ds: TabularDataset) -> tuple[str, str, dict]:
+    """(digest, source, profile) of a loaded dataset, as a tracking store records it: the digest hashes the pinned
+    checksums of its raw files with the split seed and the preprocessing (two runs with one digest read the same
+    encoded rows); the source names the raw files; the profile gives the split sizes, features and groups."""
+    import hashlib
+
+    raws = get_spec(ds.name).files() if ds.name in DATASETS else ()
+    seal = json.dumps({"files": [r.sha256 for r in raws], "split_seed": ds.split_seed, "preprocessing": ds.preprocessing}, sort_keys=True)
+    digest = hashlib.sha256(seal.encode()).hexdigest()[:16]
+    source = ", ".join(r.url or r.relpath for r in raws) or "generated (no file)"
+    profile = {"train_rows": len(ds.train), "val_rows": len(ds.val), "test_rows": len(ds.test), "features": ds.n_features,
+               "groups": list(ds.group_names), "sensitive_attribute": ds.sensitive_attribute, "split_seed": ds.split_seed,
+               "preprocessing": ds.preprocessing}
+    return digest, source, profile

@@ -268,5 +268,5 @@ class RacoDP(LagrangianSGDA):
     description = "RaCO-DP: DP-SGDA with a Laplace-noised rate histogram (Yaghini et al.)"
     private = True
     constrained = True
-    style = ("#0072B2", "o")
+    style = ("#4477AA", "o")  # Tol bright blue (docs/results.md, "Figures")
     doc = "docs/methods/raco-dp.md"

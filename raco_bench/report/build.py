@@ -3,10 +3,10 @@
 Outputs in ``--out``:
 
 * ``runs.csv``: the tidy table of every finished trial run used;
-* ``pareto.{pdf,png}``: test error against test constraint violation, one panel per ε, one colour per
-  method, non-dominated points joined, spread over phase-2 seeds (paper Fig. 2);
-* ``satisfaction.{pdf,png}`` and ``satisfaction.csv``: per target γ, the selected configuration's test
-  violation and error with their spread against violation = γ, and the share of runs meeting γ (Fig. 3);
+* ``pareto.{pdf,png}``: test error against the test constraint value (the largest of the constraint quantities), one
+  panel per ε, one colour per method, non-dominated points joined, spread over phase-2 seeds (paper Fig. 2);
+* ``satisfaction.{pdf,png,csv,tex}``: per target γ, the selected configuration's test constraint value and error with
+  their spread against the line value = γ, and the share of runs meeting γ (Fig. 3), also as LaTeX;
 * ``fnr.{pdf,png}`` for false-negative-rate sweeps: accuracy against FNR;
 * ``worst_group_loss.{pdf,png}``: test error against the worst group's mean loss (bounded group loss), every method;
 * ``walltime.{md,tex,csv}``: the latest `raco-bench bench walltime` table, when one was logged;
@@ -34,9 +34,10 @@ from raco_bench.report import figures
 from raco_bench.report.audits import write_audits
 from raco_bench.report.load import ReportError, aggregate, experiment_id, load_runs
 from raco_bench.report.results_page import protocol_note, sweep_parents, write_results_page
-from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
+from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, satisfaction_latex, write_walltime_tables
 
-REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "violation", "source")
+REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "constraint_value", "source")
+OLD_REFERENCE_COLUMNS = {"violation": "constraint_value"}  # the name before one name per quantity (docs/results.md)
 
 
 ACS_NOTE = ("Data: the 2017 1-Year Alabama 5,000-row ACS sample (folktables layout), a SUBSTITUTE for the paper's 2018 "
@@ -62,11 +63,11 @@ def load_references(path: Path | None, datasets: set[str], constraint: str | Non
         return None
     if not path.is_file():
         raise ReportError(f"reference-points file {path} does not exist")
-    ref = pd.read_csv(path, comment="#")
+    ref = pd.read_csv(path, comment="#").rename(columns=OLD_REFERENCE_COLUMNS)
     missing = [c for c in REFERENCE_COLUMNS if c not in ref.columns]
     if missing:
         raise ReportError(f"reference-points file {path} lacks column(s) {', '.join(missing)}; expected {', '.join(REFERENCE_COLUMNS)}")
-    for column in ("error", "violation"):
+    for column in ("error", "constraint_value"):
         values = pd.to_numeric(ref[column], errors="coerce")
         if values.isna().any() or ((values < 0) | (values > 1)).any():
             raise ReportError(f"reference-points file {path}: column {column!r} needs numbers in [0, 1] (a rate), got "
@@ -142,7 +143,7 @@ def satisfaction_rows(df: pd.DataFrame, selections: list[dict]) -> pd.DataFrame:
             continue
         v, e = runs["test_max_constraint"], runs["test_error"]
         rows.append({"method": sel["method"], "epsilon": math.inf if eps is None else float(eps), "gamma": float(sel["gamma"]),
-                     "config_id": sel["config_id"], "n_runs": len(runs), "test_violation": v.mean(), "test_violation_sd": v.std(),
+                     "config_id": sel["config_id"], "n_runs": len(runs), "test_max_constraint": v.mean(), "test_max_constraint_sd": v.std(),
                      "test_error": e.mean(), "test_error_sd": e.std(), "share_meeting": float((v <= sel["gamma"]).mean())})
     return pd.DataFrame(rows)
 
@@ -176,16 +177,16 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     df.to_csv(runs_csv, index=False)
     report.files.append(runs_csv)
     agg = aggregate(df)
-    title = f"{dataset}, {constraint}: test error vs test constraint violation" + reduced
-    report.files += figures.tradeoff_figure(agg, df, out, "pareto", "test_violation", "test_error", "test constraint violation (max over constraints)",
+    title = f"{dataset}, {constraint}: test error vs test constraint value" + reduced
+    report.files += figures.tradeoff_figure(agg, df, out, "pareto", "test_max_constraint", "test_error", "test constraint value (largest over the constraints)",
                                             "test error", title, references=refs)
     if constraint == "false-negative-rate":
         report.files += figures.tradeoff_figure(agg, df, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
                                                 f"{dataset}: accuracy vs false-negative rate" + reduced, minimise_y=False, references=refs,
-                                                reference_xy=lambda r: (r["violation"], 1 - r["error"]))
+                                                reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]))
     if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
         report.files += figures.tradeoff_figure(agg, df, out, "worst_group_loss", "test_worst_group_loss", "test_error",
-                                                "test worst-group loss (max over groups of the mean cross-entropy; log scale)", "test error",
+                                                "test worst-group loss (largest mean cross-entropy of a group; log scale)", "test error",
                                                 f"{dataset}: test error vs worst-group loss (bounded group loss)" + reduced, xscale="log")
     progress.advance("trade-off figures")
 
@@ -199,7 +200,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     sat = satisfaction_rows(df, selections)
     if not sat.empty:
         sat.to_csv(out / "satisfaction.csv", index=False)
-        report.files.append(out / "satisfaction.csv")
+        (out / "satisfaction.tex").write_text(satisfaction_latex(sat, f"{dataset}, {constraint}"))
+        report.files += [out / "satisfaction.csv", out / "satisfaction.tex"]
         report.files += figures.satisfaction_figure(sat, df, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + reduced)
     elif not selections:
         report.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")

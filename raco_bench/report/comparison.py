@@ -5,13 +5,13 @@ the selected configuration's phase-2 mean and standard deviation on test. For ea
 method, the comparison states (docs/results.md):
 
 * **Pareto dominance** (the papers' Fig. 2 claim): of the other method's selected configurations (mean test error and
-  mean test violation over their phase-2 seeds; one point per model: a configuration of a method trained without γ
+  mean test constraint value over their phase-2 seeds; one point per model: a configuration of a method trained without γ
   selected for several γ is one point), the share that some RaCO-DP point dominates (no worse on both, better on one), and the converse share;
 * **error at matched γ**: over the targets γ where both methods selected a configuration, how often RaCO-DP's mean
   test error is lower, equal within noise, or higher. "Within noise" is a difference below twice the standard error
   of the difference of the two means;
 * **mean test error at matched γ**: RaCO-DP's and the other method's, averaged over the γ both selected for;
-* **satisfaction** (Fig. 3): the share of phase-2 runs whose test violation meets γ, averaged over the γ each method
+* **satisfaction** (Fig. 3): the share of phase-2 runs whose test constraint value meets γ, averaged over the γ each method
   selected a configuration for (RaCO-DP's and the other method's; a γ with no selection does not count).
 
 A non-private method (ε = ∞) is compared in every ε panel, as the figures draw it.
@@ -29,6 +29,7 @@ from raco_bench.report.load import ReportError
 from raco_bench.report.pareto import non_dominated
 
 REFERENCE = "raco-dp"
+OLD_COLUMNS = {"test_violation": "test_max_constraint", "test_violation_sd": "test_max_constraint_sd"}  # one name per quantity (docs/results.md)
 
 
 def load_pages(root: Path) -> pd.DataFrame:
@@ -42,14 +43,14 @@ def load_pages(root: Path) -> pd.DataFrame:
     for page in pages:
         runs = pd.read_csv(page / "phase2_runs.csv", usecols=["dataset", "constraint", "method", "privacy_notion"])
         notions = runs.drop_duplicates("method").set_index("method")["privacy_notion"]
-        sat = pd.read_csv(page / "satisfaction.csv")
+        sat = pd.read_csv(page / "satisfaction.csv").rename(columns=OLD_COLUMNS)  # pages written before the rename
         frames.append(sat.assign(study=page.name, dataset=runs["dataset"].iloc[0], constraint=runs["constraint"].iloc[0],
                                  privacy_notion=sat["method"].map(notions).fillna("")))
     return pd.concat(frames, ignore_index=True)
 
 
 def _dominated_share(theirs: np.ndarray, ours: np.ndarray) -> float:
-    """Share of ``theirs`` (rows: violation, error) dominated by some point of ``ours``."""
+    """Share of ``theirs`` (rows: constraint value, error) dominated by some point of ``ours``."""
     if not len(theirs) or not len(ours):
         return math.nan
     return float(np.mean([not non_dominated(np.vstack([ours, p[None, :]]))[-1] for p in theirs]))
@@ -75,7 +76,7 @@ def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int, f
 
 
 def _points(sel: pd.DataFrame) -> np.ndarray:
-    """The distinct selected models' (mean test violation, mean test error). For a method trained without γ
+    """The distinct selected models' (mean test constraint value, mean test error). For a method trained without γ
     (``gamma_is_input`` false: DP-FERMI, PF-LD, …) a configuration selected for several γ is one model and one point;
     for a method that takes γ as a training input, each (γ, configuration) is its own model."""
     from raco_bench.methods import method_class
@@ -85,13 +86,13 @@ def _points(sel: pd.DataFrame) -> np.ndarray:
     except ValueError:  # a method this installation does not know: each row its own model
         gamma_free = False
     distinct = sel.drop_duplicates("config_id") if gamma_free else sel
-    return distinct[["test_violation", "test_error"]].to_numpy(dtype=float)
+    return distinct[["test_max_constraint", "test_error"]].to_numpy(dtype=float)
 
 
 def compare(selections: pd.DataFrame) -> pd.DataFrame:
     """One row per (study, ε, other method): the measures of the module docstring."""
     rows = []
-    sel = selections.fillna({"test_error_sd": 0.0, "test_violation_sd": 0.0})
+    sel = selections.fillna({"test_error_sd": 0.0, "test_max_constraint_sd": 0.0})
     for study, frame in sel.groupby("study"):
         for eps in sorted(e for e in frame["epsilon"].unique() if math.isfinite(e)):
             ours = frame[(frame["method"] == REFERENCE) & (frame["epsilon"] == eps)]
@@ -113,18 +114,22 @@ def compare(selections: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_comparison(root: Path) -> list[Path]:
-    """``comparison.csv`` and ``comparison.md`` in ``root``; returns the paths."""
+    """``comparison.csv``, ``comparison.md`` and ``comparison.tex`` in ``root``; returns the paths."""
+    from raco_bench.report.tables import latex_table
+
     table = compare(load_pages(root))
-    csv, md = root / "comparison.csv", root / "comparison.md"
+    csv, md, tex = root / "comparison.csv", root / "comparison.md", root / "comparison.tex"
     table.to_csv(csv, index=False)
     shown = table.drop(columns=["dataset", "constraint", "privacy_notion"]).round(3)
     shown.columns = [c.replace("_", " ") for c in shown.columns]
     md.write_text(
         "# RaCO-DP against every other method, per study and ε\n\n"
         "Written by `raco-bench results " + str(root) + "` from each page's satisfaction.csv (docs/results.md). "
-        "A point is one selected model: its mean test violation and error over its phase-2 seeds. \"Dominated\": some point "
+        "A point is one selected model: its mean test constraint value and error over its phase-2 seeds. \"Dominated\": some point "
         "of the other method is no worse on both and better on one. Errors are compared at the γ both methods selected for; "
         "\"within noise\": the difference is below twice its standard error (phase-2 seeds only, not the selection's noise). "
         "The share meeting γ is averaged over the γ each method selected for. A non-private method appears at every ε.\n\n"
         + shown.to_markdown(index=False) + "\n")
-    return [csv, md]
+    tex.write_text(latex_table(shown, "RaCO-DP against every other method, per study and epsilon (raco-bench results; docs/results.md).",
+                               "tab:comparison", "%.3g").replace("ε", r"$\varepsilon$").replace("γ", r"$\gamma$"))
+    return [csv, md, tex]

@@ -1,7 +1,12 @@
 """Paper-style figures: Pareto frontiers (paper Fig. 2), constraint satisfaction (Fig. 3), accuracy vs FNR.
 
-Colours are the Okabe–Ito colour-blind-safe palette, fixed per method across every figure; each
-figure states the privacy notion and δ. Figures are written as PDF and PNG.
+Colours and markers are fixed per method across every figure, as each method plugin declares them: Paul Tol's
+colour-blind-safe "bright" scheme plus black and grey, each with its own marker, so the 8 methods stay distinct
+in colour and in shape (docs/results.md, "Figures"). Each figure states δ, the checkpoint rule and what was read
+outside the budget; the legend states each method's privacy notion. The words follow one convention: the
+*constraint value* is the largest of a run's constraint quantities (``max_constraint``: a gap, a rate), the
+*violation* is its excess over γ, max(0, value − γ) (``max_violation``). Figures are written as PDF and PNG, and
+checked for overlapping text when saved (:mod:`raco_bench.report.overlap`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from raco_bench.report.overlap import warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
 
-PALETTE = [("#56B4E9", "P"), ("#F0E442", "X"), ("#000000", "*"), ("#999999", "h")]  # for methods that logged no style
+PALETTE = [("#66CCEE", "P"), ("#AA3377", "<"), ("#BBBBBB", ">"), ("#4477AA", "p")]  # for methods that logged no style
 
 
 def method_styles(df: pd.DataFrame) -> dict[str, tuple[str, str]]:
@@ -69,8 +75,6 @@ def _eps_label(eps: float) -> str:
 def privacy_caption(df: pd.DataFrame) -> str:
     deltas = sorted({d for d in df["delta"].dropna()})
     notions = sorted({short_notion(n) for n in df["privacy_notion"] if n and n != "none"})
-    if any("A-only" in n for n in notions):
-        notions.append("A-only DP protects only the group (x and y public): NOT comparable with record DP")
     delta = ", ".join(f"{d:g}" for d in deltas) or "n/a"
     checkpoints = sorted({c for c in df.get("checkpoint", pd.Series(dtype=str)).dropna() if c}) or ["unknown"]
     outside = sorted({o for cell in df.get("outside_budget", pd.Series(dtype=str)).dropna() for o in str(cell).split(" | ") if o and o != "none"})
@@ -83,7 +87,9 @@ def privacy_caption(df: pd.DataFrame) -> str:
                   "shows several repetitions and budgets, which together spend more.")
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
-    lines = [f"privacy: {'; '.join(notions) or 'none'}; δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} (every method). " + tuning]
+    a_only = " A-only DP protects only the group (x and y public): NOT comparable with record DP." if any("A-only" in n for n in notions) else ""
+    lines = [f"Privacy notion of each method: in the legend.{a_only} δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} "
+             "(every method). " + tuning]
     lines += [f"OUTSIDE THE BUDGET: {o}" for o in outside]
     return "\n".join(lines)
 
@@ -129,11 +135,30 @@ def mark_clipped(ax, xs, ys, cap: float, color: str, label_values: bool, top: fl
 
 
 def suptitle(fig, title: str) -> None:
-    """The figure's title above the panels' own titles: anchored at its bottom line, so extra lines grow upwards."""
-    fig.suptitle(title, fontsize=10, y=0.96, va="bottom")
+    """The figure's title above the panels' own titles, wrapped to the figure's width (a wider title would widen the
+    saved image): anchored at its bottom line, so extra lines grow upwards."""
+    width = max(50, int(fig.get_figwidth() * 13))  # about 13 characters per inch at 10 pt
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=10, y=0.96, va="bottom")
+
+
+LEGEND_ROW_IN = 0.19  # height of a legend row at 8 pt, in inches
+
+
+def below_axes(fig, bottom_axes, xlabel: str, handles: list, labels: list, ncol: int, caption_text: str) -> None:
+    """Under the lowest panels, at fixed distances in inches (so that tall and short figures look alike): one x label
+    shared by the panels (per-panel labels of neighbouring panels run into each other), the legend, the caption."""
+    height = fig.get_figheight()
+    y0 = min(ax.get_position().y0 for ax in bottom_axes)
+    fig.text(0.5, y0 - 0.36 / height, xlabel, ha="center", va="top", fontsize=10)
+    legend_top = y0 - 0.62 / height
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, legend_top), fontsize=8, frameon=False)
+    rows = math.ceil(len(labels) / ncol)
+    caption(fig, caption_text, legend_top - (rows * LEGEND_ROW_IN + 0.12) / height)
 
 
 def save(fig, out: Path, stem: str) -> list[Path]:
+    """Write the figure as PDF and PNG, after checking it for overlapping text (a :class:`LayoutWarning` names the pairs)."""
+    warn_overlaps(fig, f"{out.name}/{stem}")
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
     fig.savefig(paths[0], bbox_inches="tight")
     fig.savefig(paths[1], dpi=150, bbox_inches="tight")
@@ -152,6 +177,33 @@ def _legend_entries(axes) -> tuple[list, list]:
     return handles, labels
 
 
+def _method_entries(methods, styles: dict, names: dict) -> tuple[list, list]:
+    """One legend entry per method (its colour, marker and privacy notion), whatever each panel drew."""
+    from matplotlib.lines import Line2D
+
+    handles, labels = [], []
+    for method in sorted(methods):
+        color, marker = styles.get(method, PALETTE[-1])
+        handles.append(Line2D([], [], marker=marker, color=color, linestyle="-", markersize=6))
+        labels.append(names.get(method, method))
+    return handles, labels
+
+
+def _tidy_axis(ax, xscale: str, nonnegative: bool) -> None:
+    """A log axis labels its decades only (minor labels collide); a non-negative quantity's axis starts at 0 at most."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale(xscale)
+    if xscale == "log":
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12))
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    elif nonnegative:
+        low, high = ax.get_xlim()
+        if low < 0:
+            ax.set_xlim(0, high)
+
+
 def _panels(epsilons: list[float]):
     n = max(1, len(epsilons))
     fig, axes = plt.subplots(1, n, figsize=(max(6.4, 4.2 * n), 3.8), squeeze=False, sharex=True, sharey=True)  # one panel: room for its legend
@@ -160,7 +212,7 @@ def _panels(epsilons: list[float]):
 
 def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x: str, y: str, xlabel: str, ylabel: str,
                     title: str, minimise_y: bool = True, references: pd.DataFrame | None = None,
-                    reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["violation"], r["error"]),
+                    reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["constraint_value"], r["error"]),
                     xscale: str = "linear") -> list[Path]:
     """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
     their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
@@ -173,16 +225,15 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
         panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
         for method, rows in panel.groupby("method"):
             color, marker = style(method)
-            label = names.get(method, method)
             p1 = rows[rows["phase"] == 1]
             ax.scatter(p1[x], p1[y], s=10, color=color, alpha=0.25, marker=marker, linewidths=0)
+            drawn.append((ax, p1[x].to_numpy(), p1[y].to_numpy(), np.zeros(len(p1)), color, 1, np.zeros(len(p1), bool)))
             best = rows[rows["phase"] == 2]
             if best.empty:
-                best = p1
-                label += " (phase 1)"
+                continue  # no selected configuration here: its phase-1 points alone, faint (never drawn as phase-2 means)
             pts = np.column_stack([best[x].to_numpy(), best[y].to_numpy() if minimise_y else -best[y].to_numpy()])
             ax.errorbar(best[x], best[y], xerr=best.get(x + "_sd"), yerr=best.get(y + "_sd"), fmt=marker, color=color, ms=5,
-                        capsize=2, alpha=0.9, label=label)
+                        capsize=2, alpha=0.9)
             front = frontier(pts)
             if len(front):
                 ax.plot(best[x].to_numpy()[front], best[y].to_numpy()[front], "-", color=color, lw=1.5)
@@ -190,27 +241,25 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
             on_front[front] = True
             sd = best.get(y + "_sd", pd.Series(0.0, index=best.index)).to_numpy()
             drawn.append((ax, best[x].to_numpy(), best[y].to_numpy(), sd, color, 2, on_front))
-            drawn.append((ax, p1[x].to_numpy(), p1[y].to_numpy(), np.zeros(len(p1)), color, 1, np.zeros(len(p1), bool)))
         if references is not None and not references.empty:
             ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
             for (method, source), rows in ref.groupby(["method", "source"]):
                 rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
-                ax.scatter(rx, ry, marker="*", s=90, facecolor="none", edgecolor=style(method)[0], linewidths=1.2,
-                           label=f"{names.get(method, method)}: published ({source})")
+                ax.scatter(rx, ry, marker="*", s=50, facecolor="none", edgecolor=style(method)[0], linewidths=1.0,
+                           label=f"{method}: published ({source})")
                 drawn.append((ax, rx, ry, np.zeros(len(ry)), style(method)[0], 0, np.ones(len(ry), bool)))  # always on the axis
         ax.set_title(_eps_label(eps))
-        ax.set_xlabel(xlabel)
-        ax.set_xscale(xscale)
         ax.grid(alpha=0.3)
+    for ax in axes:
+        _tidy_axis(ax, xscale, nonnegative=bool((agg[x].dropna() >= 0).all()))
     axes[0].set_ylabel(ylabel)
     clipped = _set_readable_ylim(axes, drawn)
-    handles, labels = _legend_entries(axes)
+    handles, labels = _method_entries(agg["method"].unique(), styles, names)
+    ref_handles, ref_labels = _legend_entries(axes)  # the published points, each source once
     key_handles, key_labels = _marker_key(df, clipped)
     ncol = 2 if len(axes) == 1 else 3  # the legend no larger than the figure: no blank margins in the saved image
-    rows = math.ceil((len(labels) + len(key_labels)) / ncol)
-    fig.legend(handles + key_handles, labels + key_labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
     suptitle(fig, title)
-    caption(fig, privacy_caption(df), -0.02 - 0.062 * rows)  # under the legend, which grows downwards from below the x label
+    below_axes(fig, axes, xlabel, handles + ref_handles + key_handles, labels + ref_labels + key_labels, ncol, privacy_caption(df))
     return save(fig, out, stem)
 
 
@@ -249,38 +298,38 @@ def _set_readable_ylim(axes, drawn) -> bool:
 
 
 def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, title: str) -> list[Path]:
-    """Per ε: test violation (top) and test error (bottom) against the target γ, with the violation = γ line,
-    annotated with the share of runs meeting γ."""
+    """Per ε (columns), against the target γ: the selected configuration's test constraint value with its spread and
+    the line value = γ (top), its test error (middle), and the share of its phase-2 runs whose constraint value meets
+    γ on test (bottom): a row of its own, so that no label sits on a marker."""
     eps_values = sorted(rows["epsilon"].unique(), key=lambda e: (not math.isfinite(e), e))
     styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
     n = len(eps_values)
-    fig, axes = plt.subplots(2, n, figsize=(4.4 * n, 6.4), squeeze=False, sharex=True, sharey="row")
+    fig, axes = plt.subplots(3, n, figsize=(max(6.4, 4.4 * n), 8.4), squeeze=False, sharex=True, sharey="row",
+                             gridspec_kw={"height_ratios": [3, 3, 2]})
     for j, eps in enumerate(eps_values):
-        top, bottom = axes[0][j], axes[1][j]
+        top, middle, bottom = axes[0][j], axes[1][j], axes[2][j]
         panel = rows[rows["epsilon"] == eps]
         lo, hi = float(panel["gamma"].min()), float(panel["gamma"].max())
         pad = 0.1 * (hi - lo if hi > lo else max(hi, 0.01))
         line = np.array([lo - pad, hi + pad])
-        top.plot(line, line, "--", color="black", lw=1, label="violation = γ")
-        for i, (method, m) in enumerate(panel.groupby("method")):
+        top.plot(line, line, "--", color="black", lw=1, label="constraint value = γ")
+        for method, m in panel.groupby("method"):
             color, marker = style(method)
             m = m.sort_values("gamma")
-            label = names.get(method, method)
-            top.errorbar(m["gamma"], m["test_violation"], yerr=m["test_violation_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
-            bottom.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2, label=label)
-            for _, r in m.iterrows():
-                top.annotate(f"{100 * r['share_meeting']:.0f}%", (r["gamma"], r["test_violation"]), textcoords="offset points",
-                             xytext=(5, 9 * i - 4), fontsize=7, color=color)  # staggered by method: labels of nearby points do not overlap
+            top.errorbar(m["gamma"], m["test_max_constraint"], yerr=m["test_max_constraint_sd"], fmt=marker + "-", color=color, capsize=2)
+            middle.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2)
+            bottom.plot(m["gamma"], 100 * m["share_meeting"], marker + "-", color=color, ms=5)
         top.set_title(_eps_label(eps))
+        bottom.set_ylim(-5, 105)
         if j == 0:
-            top.set_ylabel("test constraint violation")
-            bottom.set_ylabel("test error")
-        bottom.set_xlabel("target γ")
-        for ax in (top, bottom):
+            top.set_ylabel("test constraint value")
+            middle.set_ylabel("test error")
+            bottom.set_ylabel("runs meeting γ (%)")
+        for ax in (top, middle, bottom):
             ax.grid(alpha=0.3)
-    handles, labels = _legend_entries(axes[0])
-    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), bbox_to_anchor=(0.5, -0.04), fontsize=8, frameon=False)
-    suptitle(fig, title + "\n(labels: share of phase-2 runs meeting γ on test)")
-    caption(fig, privacy_caption(df), -0.08)
+    handles, labels = _method_entries(rows["method"].unique(), styles, names)
+    line_handles, line_labels = _legend_entries(axes[0])
+    suptitle(fig, title + "\n(bottom: share of the selected configuration's phase-2 runs meeting γ on test)")
+    below_axes(fig, axes[2], "target γ", handles + line_handles, labels + line_labels, 2 if n == 1 else 3, privacy_caption(df))
     return save(fig, out, stem)

@@ -68,7 +68,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     g = frame.groupby(keys, dropna=False)
     out = g.agg(
         n_seeds=("seed", "count"), test_error=("test_error", "mean"), test_error_sd=("test_error", "std"),
-        test_violation=("test_max_constraint", "mean"), test_violation_sd=("test_max_constraint", "std"),
+        test_max_constraint=("test_max_constraint", "mean"), test_max_constraint_sd=("test_max_constraint", "std"),
         test_fnr=("test_fnr", "mean"), test_fnr_sd=("test_fnr", "std"), test_accuracy=("test_accuracy", "mean"),
         test_worst_group_loss=("test_worst_group_loss", "mean"), test_worst_group_loss_sd=("test_worst_group_loss", "std"),
         test_accuracy_sd=("test_accuracy", "std"),

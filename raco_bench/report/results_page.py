@@ -59,7 +59,7 @@ def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Pa
     params = first.data.params if first is not None else {}
     written = []
     for path in report.files:
-        if path.suffix in (".png", ".pdf") or path.name in ("satisfaction.csv",):
+        if path.suffix in (".png", ".pdf") or path.name in ("satisfaction.csv", "satisfaction.tex"):
             shutil.copy2(path, page / path.name)
             written.append(page / path.name)
     reported = df[df["phase"] == 2]

@@ -47,10 +47,11 @@ def markdown_table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False)
 
 
-def latex_table(df: pd.DataFrame, caption: str, label: str) -> str:
+def latex_table(df: pd.DataFrame, caption: str, label: str, float_format: str | None = None) -> str:
     """A booktabs table (pandas escapes the cells; the caption is escaped here, and ± becomes $\\pm$)."""
     caption = re.sub(r"([&%_#$])", r"\\\1", caption)
-    return df.to_latex(index=False, escape=True, caption=caption, label=label, position="t").replace("±", r"$\pm$")
+    return df.to_latex(index=False, escape=True, caption=caption, label=label, position="t",
+                       float_format=(lambda v: float_format % v) if float_format else None).replace("±", r"$\pm$")
 
 
 def write_walltime_tables(df: pd.DataFrame, out: Path, stem: str = "walltime") -> list[Path]:
@@ -67,3 +68,19 @@ def write_walltime_tables(df: pd.DataFrame, out: Path, stem: str = "walltime") -
     md.write_text(f"Mean wall time per step (hardware: {hardware}).\n\n" + markdown_table(table) + "\n")
     tex.write_text(latex_table(table, f"Mean wall time per training step ({hardware}).", "tab:walltime"))
     return [csv, md, tex]
+
+
+def satisfaction_latex(sat: pd.DataFrame, title: str) -> str:
+    """The satisfaction table (paper Fig. 3's numbers) as booktabs LaTeX: per method, ε and γ, the selected
+    configuration's test constraint value and error (mean ± sd over its phase-2 runs) and the share meeting γ."""
+    table = pd.DataFrame({
+        "method": sat["method"], "ε": ["∞" if e == float("inf") else f"{e:g}" for e in sat["epsilon"]], "γ": [f"{g:g}" for g in sat["gamma"]],
+        "runs": sat["n_runs"].astype(int),
+        "constraint value": [f"{m:.4f} ± {s:.4f}" for m, s in zip(sat["test_max_constraint"], sat["test_max_constraint_sd"].fillna(0.0))],
+        "error": [f"{m:.4f} ± {s:.4f}" for m, s in zip(sat["test_error"], sat["test_error_sd"].fillna(0.0))],
+        "meets γ": [f"{100 * v:.0f}\\%" for v in sat["share_meeting"]],
+    })
+    tex = latex_table(table, f"{title}: the selected configuration per method, epsilon and gamma on test "
+                             "(mean ± sd over phase-2 runs; meets gamma: share of those runs whose constraint value is at most gamma).",
+                      "tab:satisfaction")
+    return tex.replace("ε", r"$\varepsilon$").replace("γ", r"$\gamma$").replace("∞", r"$\infty$").replace(r"\textbackslash \%", r"\%")

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 
 from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
+from raco_bench.sweeps.configurations import CONFIG_RUNS_LIMIT
 from raco_bench.sweeps.spec import SweepSpec
 
 
@@ -52,6 +53,9 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--max-failures", type=int, default=3, help="retries of a failed pack, each from its last checkpoint (default: %(default)s)")
     p.add_argument("--pack-checkpoint-s", type=float, default=60.0,
                    help="seconds between a pack's checkpoints: a killed pack loses at most this much work (default: %(default)s)")
+    p.add_argument("--config-runs-limit", type=int, default=CONFIG_RUNS_LIMIT,
+                   help="phase-1 configurations above which none gets its own MLflow run (the packs' tables still hold them; "
+                        "default: %(default)s, about 7 ms each on SQLite)")
     p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--pack-size", type=int, default=None,
@@ -62,6 +66,8 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")
     if not args.pack_checkpoint_s > 0:
         p.error(f"--pack-checkpoint-s must be > 0 seconds, got {args.pack_checkpoint_s}")
+    if args.config_runs_limit < 0:
+        p.error(f"--config-runs-limit must be >= 0, got {args.config_runs_limit}")
     if args.max_failures < 0:
         p.error(f"--max-failures must be >= 0, got {args.max_failures}")
     if args.smoke and args.demo:

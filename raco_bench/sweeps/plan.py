@@ -146,18 +146,23 @@ def select(spec: SweepSpec, results: list[dict], baseline: Baseline | None = Non
 
 
 def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
-    """Fresh seeds of every winner; a winner shared by several γ (γ-free methods) is trained once."""
-    trials, seen = [], set()
+    """Fresh seeds of every winner; a winner shared by several γ (γ-free methods) is trained once, and its trials list
+    every γ it won (``selected_gammas``: one MLflow run per γ, docs/sweeps.md, "MLflow")."""
+    trials, index = [], {}
     for sel in selections:
         if sel.config_id is None:
             continue
         trained_gamma = sel.gamma if get_method(sel.method).gamma_is_input else None
         key = (sel.method, sel.epsilon, trained_gamma, sel.config_id)
-        if key in seen:
+        if key in index:
+            for t in index[key]:
+                t["selected_gammas"].append(sel.gamma)
             continue
-        seen.add(key)
-        for k in range(spec.phase2_seeds):
-            trials.append(make_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k))
+        index[key] = [make_trial(spec, 2, sel.method, sel.epsilon, trained_gamma, sel.config_id, sel.params, PHASE2_SEED_OFFSET + k)
+                      for k in range(spec.phase2_seeds)]
+        for t in index[key]:
+            t["selected_gammas"] = [sel.gamma]
+        trials += index[key]
     return trials
 
 

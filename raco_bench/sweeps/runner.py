@@ -32,9 +32,12 @@ from pathlib import Path
 from raco_bench import tracking
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
+from raco_bench.sweeps.configurations import log_configuration_runs
 from raco_bench.sweeps.listing import PLANNED
 from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.sweeps.trial import log_dataset_input
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
@@ -329,6 +332,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
     record_provenance(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ray.cluster_resources())
+    log_dataset_input(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ds)
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key)
@@ -341,6 +345,10 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     results1 = phase_results(uri, experiment_id, spec, 1)
     positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
     selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
+    parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
+    started = time.perf_counter()
+    created = log_configuration_runs(uri, experiment_id, spec, parent1, results1, selections, args.config_runs_limit)
+    print(f"[sweep] phase 1: {created} configuration runs created in MLflow in {time.perf_counter() - started:.1f}s", flush=True)
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials1), "completed": len(results1),
                                                 "selected": sum(s.config_id is not None for s in selections)})
 
@@ -357,8 +365,11 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json"))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, text, "summary.txt"))
+    versions = register_selected(uri, experiment_id, spec, selections)
+    print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
+          f"(named {spec.experiment}.<method>.eps=<eps>.gamma=<gamma>)", flush=True)
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
-                                                "trials_per_minute": 60 * n_trials / elapsed})
+                                                "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 

@@ -143,6 +143,8 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     if p.get("epsilon_separate_composition_reference") is not None:
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
     params = {**run_params(result.config, p["private"]), **result.hyperparameters}
+    if not get_method(result.config["method"]).gamma_is_input:
+        params.pop("run.gamma", None)  # trained without γ: its γ is the one it is selected for (tag gamma, param selection.gamma)
     for k, v in trial.get("calibrated", {}).items():  # calibrated, not searched: logged as such
         params.pop(k, None)
         params[f"calibrated.{k}"] = v
@@ -177,36 +179,64 @@ def table_row(trial: dict, run_id: str, metrics: dict[str, float] | None = None,
 @dataclass
 class ChildRun:
     """A configuration's own MLflow run (phase-2 configurations): opened before training so that its curves
-    stream while the pack trains; ``done`` when an earlier attempt completed it (then nothing is logged again)."""
+    stream while the pack trains; ``done`` when an earlier attempt completed it (then nothing is logged again).
+    ``gamma`` is the γ it is selected for; ``view_of`` names the trained run when this one repeats it under another γ."""
 
     run_id: str
     done: bool
     live: tracking.LiveMetrics | None
+    gamma: float | None = None
+    view_of: str = ""
 
     @staticmethod
-    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> "ChildRun":
-        run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial, key_id)
-        return ChildRun(run_id, done is not None, None if done is not None else tracking.LiveMetrics(uri, run_id, flush_every_s, reused=reused))
+    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
+        """The runs of one configuration: one per γ it is selected for (``selected_gammas``, several for a γ-free method
+        that won at several γ; the first holds the training, the others are views of it), else one at its own γ."""
+        runs: list[ChildRun] = []
+        for g in trial.get("selected_gammas") or [trial["gamma"]]:
+            view_of = runs[0].run_id if runs else ""
+            run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial, key_id, gamma=g, view_of=view_of)
+            live = None if done is not None else tracking.LiveMetrics(uri, run_id, flush_every_s, reused=reused)
+            runs.append(ChildRun(run_id, done is not None, live, g, view_of))
+        return runs
+
+    def add(self, points: list[tracking.Point]) -> None:
+        if self.live is not None:
+            self.live.add(points)
 
     def close(self, trial: dict, result, metrics, params, tags, uri: str, dataset) -> None:
-        """Everything a single run has: params, metrics, tags, config, weights and the MLflow model."""
+        """Everything a single run has: params, metrics, tags, config, weights, the dataset input and the MLflow model."""
         if self.done:
             return
         self.live.flush()
+        if self.gamma is not None:
+            params = {**params, "selection.gamma": self.gamma}
+        log_dataset_input(uri, self.run_id, dataset)
+        method = get_method(result.config["method"])
         with tempfile.TemporaryDirectory() as tmp:
             weights, weights_last = Path(tmp) / "weights.npz", Path(tmp) / "weights_last.npz"
             np.savez(weights, **result.reported_params)
             np.savez(weights_last, **result.final_params)
             columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
                                                      tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
+            source = f"raco-bench sweep {trial.get('experiment', '')}" if trial.get("sweep_id") else "raco-bench train"
             tracking.log_trial(
                 uri, self.run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, tags,
                 {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
                                             "privacy": result.privacy}, indent=2, default=str)},
                 {"weights.npz": weights, "weights_last.npz": weights_last},
-                model=(lambda: mlflow_model.log_model(uri, self.run_id, weights, columns, dataset.n_classes))
-                if get_method(result.config["method"]).pyfunc_model else None,
+                model=(lambda: mlflow_model.log_model(uri, self.run_id, weights, columns, dataset.n_classes, name=result.config["method"],
+                                                      tags={tracking.SOURCE_NAME: source, "outside_budget": tags.get("outside_budget", "")}))
+                if method.pyfunc_model else None,
             )
+
+
+def log_dataset_input(uri: str, run_id: str, dataset) -> None:
+    """The run's dataset as its MLflow input (name, digest, source, split sizes): docs/sweeps.md, "MLflow"."""
+    from raco_bench.data.catalog import provenance
+
+    digest, source, profile = provenance(dataset)
+    tracking.log_dataset(uri, run_id, dataset.name, digest, source, profile, list(dataset.feature_names))
 
 
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
@@ -216,13 +246,16 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
     trial = {"sweep_id": "", "phase": 0, "trial_key": "", "dataset": cfg["dataset"], "method": cfg["method"], "constraint": cfg["constraint"],
              "epsilon": cfg["epsilon"] if result.privacy["private"] else None, "gamma": cfg["gamma"], "config_id": "", "seed": cfg["seed"]}
     metrics, params, tags = trial_outputs(trial, result)
+    gamma = cfg["gamma"] if get_method(cfg["method"]).gamma_is_input else None
     tags.update({tracking.KIND: "train", "method": cfg["method"], "dataset": cfg["dataset"], "constraint": cfg["constraint"],
-                 "epsilon": str(trial["epsilon"]), "gamma": str(cfg["gamma"]), "seed": str(cfg["seed"]),
+                 "epsilon": str(trial["epsilon"]), "gamma": tracking.gamma_text(gamma), "seed": str(cfg["seed"]),
+                 tracking.SOURCE_NAME: "raco-bench train",
+                 tracking.DESCRIPTION: f"raco-bench train: {cfg['method']} on {cfg['dataset']} ({cfg['constraint']}), "
+                                       f"{tracking.eps_text(trial['epsilon'])}, gamma={tracking.gamma_text(gamma)}, seed {cfg['seed']}.",
                  **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
     exp = tracking.get_or_create_experiment(uri, experiment)
-    eps = f"eps={trial['epsilon']:g}" if trial["epsilon"] is not None else "non-private"
-    run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=f"{eps} gamma={cfg['gamma']:g} {cfg['method']} "
-                                                                                                    f"seed={cfg['seed']}")).info.run_id
+    name = f"{tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} {cfg['method']} seed={cfg['seed']}"
+    run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=name)).info.run_id
     live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
     live.add([p for entry in result.history for p in history_points(entry)])
     live.flush()
@@ -278,8 +311,10 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         if entry["val"]["accuracy"] > best.get(step, -1.0):
             best[step] = entry["val"]["accuracy"]
             live.add([("pack/best_val_accuracy", best[step], step)])
-        if children and children[k].live is not None:
-            children[k].live.add(history_points(entry))
+        if children:
+            points = history_points(entry)
+            for child in children[k]:
+                child.add(points)
 
     results = train_runs(runs, progress, checkpoint)
     live.flush()
@@ -290,10 +325,10 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     for k, (t, result) in enumerate(zip(trained, results)):
         metrics, params, tags = trial_outputs(t, result)
         tags.update(env_tags, **{"raco_bench.trial": json.dumps(t, sort_keys=True)})
-        if children:
-            children[k].close(t, result, metrics, params, tags, tracking_uri, dataset)
+        for child in children[k] if children else []:
+            child.close(t, result, metrics, params, {**tags, **({tracking.VIEW_OF: child.view_of} if child.view_of else {})}, tracking_uri, dataset)
         row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
-        rows.append(table_row(t, children[k].run_id if children else run_id, metrics, row_tags))
+        rows.append(table_row(t, children[k][0].run_id if children else run_id, metrics, row_tags))
         curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
         arrays.update({f"{t['trial_key']}/reported/{k}": v for k, v in result.reported_params.items()})
         arrays.update({f"{t['trial_key']}/last/{k}": v for k, v in result.final_params.items()})
