@@ -210,7 +210,7 @@ class BudgetTailoring(Method):
     private = True
     Hyper = TailoringHyper
     gamma_is_input = False
-    style = ("#888888", "h")  # grey
+    style = ("#AAAAAA", "h")  # grey (#888888 looks like dp-fermi's red under protanopia: tests/test_report.py)
     doc = "docs/methods/budget-tailoring.md"
 
     def search_space(self, n_train: int) -> dict:

@@ -4,6 +4,7 @@ has every file, every figure is a valid image; clear errors for bad input."""
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -218,7 +219,7 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
              "test_max_constraint_sd": 0.01, "test_error": 0.20 + 0.001 * i if i else 0.6, "test_error_sd": 0.001} for i in range(6)]  # one collapsed
     df = pd.DataFrame({"method": ["raco-dp"], "privacy_notion": ["record-level add/remove DP"], "delta": [1e-5], "checkpoint": ["last"],
                        "outside_budget": ["none"], "style": ["#0072B2,o"]})
-    far = pd.DataFrame({"method": ["xgboost"], "dataset": ["heart"], "epsilon": [np.nan], "error": [0.02], "violation": [0.9], "source": ["x"]})
+    far = pd.DataFrame({"method": ["xgboost"], "dataset": ["heart"], "epsilon": [np.nan], "error": [0.02], "constraint_value": [0.9], "source": ["x"]})
     captured = {}
     original = plt.close
     plt.close = lambda fig=None: captured.setdefault("fig", fig)
@@ -263,3 +264,99 @@ def test_acs_sample_is_labelled_as_a_substitute():
 
     assert "SUBSTITUTE" in data_note(pd.DataFrame({"dataset": ["acs-employment"]}))
     assert data_note(pd.DataFrame({"dataset": ["adult"]})) == ""
+
+
+@pytest.mark.slow
+def test_the_sweep_store_is_browsable_in_mlflow(adult_store):
+    """What the MLflow UI shows of a real sweep: parents named by phase, phase-1 configurations as runs (one per
+    configuration, sortable by validation accuracy), the dataset as an input, and every selected model registered
+    with its tags and loadable from the registry."""
+    import mlflow
+
+    from raco_bench import mlflow_model, tracking
+
+    uri = f"sqlite:///{adult_store / 'mlflow.db'}"
+    c = tracking.client(uri)
+    exp = c.get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
+    parents = {r.data.tags[tracking.PHASE]: r for r in tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'phase'")}
+    assert parents["1"].info.run_name.startswith("phase 1: search (sweep ") and parents["2"].info.run_name.startswith("phase 2: selected")
+    assert all(tracking.DESCRIPTION in p.data.tags for p in parents.values())
+    (dataset,) = parents["1"].inputs.dataset_inputs
+    assert dataset.dataset.name == "adult" and '"train_rows": 28829' in dataset.dataset.profile
+    configurations = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'configuration'", order_by=["metrics.val_accuracy DESC"])
+    from raco_bench.report.load import load_runs
+
+    table = load_runs(uri, "adult-demographic-parity-smoke")
+    phase1 = table[table["phase"] == 1]
+    assert len(configurations) == len(phase1.groupby(["method", "epsilon", "gamma", "config_id"], dropna=False))
+    accuracies = [r.data.metrics["val_accuracy"] for r in configurations if "val_accuracy" in r.data.metrics]
+    assert accuracies == sorted(accuracies, reverse=True) and len(accuracies) >= len(configurations) - 2
+    assert parents["1"].data.tags["raco_bench.configuration_runs"] == str(len(configurations))
+    selections = json.loads(Path(c.download_artifacts(parents["2"].info.run_id, "selected_configurations.json")).read_text())
+    chosen = [s for s in selections if s["config_id"] is not None]
+    assert chosen
+    for s in chosen:
+        eps = "inf" if s["epsilon"] is None else f"{s['epsilon']:g}"
+        name = f"adult-demographic-parity-smoke.{s['method']}.eps={eps}.gamma={s['gamma']:g}"
+        versions = c.search_model_versions(f"name = '{name}'")
+        assert len(versions) == s["phase2_runs"] and {v.tags["method"] for v in versions} == {s["method"]}
+        assert {v.tags["gamma"] for v in versions} == {f"{s['gamma']:g}"} and all(v.tags["outside_budget"] == "none" for v in versions)
+        winners = [r for r in configurations if r.data.tags["method"] == s["method"] and r.data.tags["config_id"] == str(s["config_id"])
+                   and f"{s['gamma']:g}" in r.data.tags["selected_for_gamma"].split(",")]
+        assert winners, f"no configuration run of {name} is tagged as selected"
+    with mlflow_model.tracking_uri(uri):
+        model = mlflow.pyfunc.load_model(f"models:/{name}/1")
+    assert model.metadata.signature.outputs.input_names()[0] == "prediction"
+
+
+def test_the_overlap_check_finds_colliding_text_and_passes_separate_text():
+    """A planted collision (two labels at one point) is reported, with both texts; labels apart are not."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from raco_bench.report.overlap import LayoutWarning, overlapping_texts, warn_overlaps
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.annotate("first label", (0.5, 0.5))
+    ax.annotate("second label", (0.5, 0.5), xytext=(2, 1), textcoords="offset points")
+    ax.annotate("far away", (0.1, 0.9))
+    assert overlapping_texts(fig) == [("first label", "second label")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LayoutWarning)
+        with pytest.raises(LayoutWarning, match="first label"):
+            warn_overlaps(fig, "planted")
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.annotate("first label", (0.5, 0.5))
+    ax.annotate("second label", (0.5, 0.2))
+    assert overlapping_texts(fig) == []
+    ax.set_xticks(np.linspace(0, 1, 40))  # 40 tick labels on a 4-inch axis collide
+    assert overlapping_texts(fig)
+    plt.close(fig)
+
+
+def test_method_colours_stay_distinct_for_colour_blind_readers():
+    """The 8 methods' colours differ pairwise by ΔE ≥ 10 (CIELAB) under normal vision and under simulated deuteranopia
+    and protanopia (Viénot et al. 1999), and every method has its own marker."""
+    from raco_bench.methods import registry
+
+    styles = {name: cls.style for name, cls in registry().items() if cls.style}
+    assert len(styles) == 8 and len({m for _, m in styles.values()}) == 8
+
+    def lab(rgb: np.ndarray) -> np.ndarray:
+        xyz = rgb @ np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]).T / np.array([0.9505, 1.0, 1.089])
+        f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+        return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], 1)
+
+    srgb = np.array([[int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)] for c, _ in styles.values()])
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    vision = {"normal": np.eye(3),
+              "deuteranopia": np.array([[0.29275, 0.70725, 0.0], [0.29275, 0.70725, 0.0], [-0.02234, 0.02234, 1.0]]),
+              "protanopia": np.array([[0.11238, 0.88762, 0.0], [0.11238, 0.88762, 0.0], [0.00401, -0.00401, 1.0]])}
+    names = list(styles)
+    for kind, matrix in vision.items():
+        points = lab(np.clip(linear @ matrix.T, 0, 1))
+        for i in range(len(names)):
+            for j in range(i + 1, len(names)):
+                assert np.linalg.norm(points[i] - points[j]) >= 10, f"{names[i]} and {names[j]} look alike under {kind}"

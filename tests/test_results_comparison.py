@@ -52,7 +52,9 @@ def test_dominance_and_matched_gamma_verdicts(tmp_path):
     assert sgda["raco_dp_points_dominated_by_them"] == 1.0  # (0.03, 0.165) dominates both RaCO-DP points
 
     paths = write_comparison(tmp_path)
-    assert [p.name for p in paths] == ["comparison.csv", "comparison.md"] and "adult-demographic-parity" in paths[1].read_text()
+    assert [p.name for p in paths] == ["comparison.csv", "comparison.md", "comparison.tex"] and "adult-demographic-parity" in paths[1].read_text()
+    tex = paths[2].read_text()
+    assert tex.startswith("\\begin{table}") and "\\toprule" in tex and "adult-demographic-parity & 1 & dp-fermi" in tex
 
 
 def test_no_page_is_a_clear_error(tmp_path):
