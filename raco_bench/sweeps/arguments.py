@@ -55,7 +55,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
                    help="seconds between a pack's checkpoints: a killed pack loses at most this much work (default: %(default)s)")
     p.add_argument("--config-runs-limit", type=int, default=CONFIG_RUNS_LIMIT,
                    help="phase-1 configurations above which none gets its own MLflow run (the packs' tables still hold them; "
-                        "default: %(default)s, about 7 ms each on SQLite)")
+                        "default: %(default)s, about 10 ms each on SQLite)")
     p.add_argument("--max-concurrent", type=int, default=0, help="0: as many as the cluster's resources allow")
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--pack-size", type=int, default=None,

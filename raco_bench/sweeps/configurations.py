@@ -19,7 +19,7 @@ from raco_bench import tracking
 from raco_bench.sweeps.plan import Selection
 from raco_bench.sweeps.spec import SweepSpec
 
-# About 7 ms per run on a local SQLite store (three store calls): 10,000 configurations add about 70 s to a sweep that
+# About 10 ms per run on a local SQLite store (four store calls): 10,000 configurations add under 2 minutes to a sweep that
 # trains them for hours (`tests/test_configuration_runs.py` measures the rate; docs/sweeps.md, "MLflow").
 CONFIG_RUNS_LIMIT = 10_000
 CONFIG_RUNS_TAG = "raco_bench.configuration_runs"  # on the phase-1 parent: how many were created, or why none
@@ -37,8 +37,9 @@ def _stats(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(finite), (statistics.stdev(finite) if len(finite) > 1 else math.nan)
 
 
-def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], selections: list[Selection]) -> dict[str, tracking.RunRecord]:
-    """One record per phase-1 configuration, keyed by :func:`config_key`."""
+def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], selections: list[Selection],
+                          dataset: tracking.DatasetRecord | None = None) -> dict[str, tracking.RunRecord]:
+    """One record per phase-1 configuration, keyed by :func:`config_key`; ``dataset`` becomes each run's input."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
         groups[(r["method"], r["epsilon"], r["gamma"], r["config_id"])].append(r)
@@ -65,15 +66,15 @@ def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], 
                                        f"gamma={tracking.gamma_text(gamma)}: the mean (and _sd) over its {len(rows)} seeds. Selected for "
                                        f"gamma: {selected}. Seed-level rows: the packs' {tracking.PACK_TABLE}.")}
         name = f"{tracking.eps_text(epsilon)} gamma={tracking.gamma_text(gamma)} {method} config={config_id} (mean of {len(rows)} seeds)"
-        records[key] = tracking.RunRecord(name, tags, dict(rows[0]["params"]), metrics)
+        records[key] = tracking.RunRecord(name, tags, dict(rows[0]["params"]), metrics, dataset)
     return records
 
 
 def log_configuration_runs(uri: str, experiment_id: str, spec: SweepSpec, parent_id: str, results: list[dict], selections: list[Selection],
-                           limit: int = CONFIG_RUNS_LIMIT) -> int:
+                           limit: int = CONFIG_RUNS_LIMIT, dataset: tracking.DatasetRecord | None = None) -> int:
     """Create the runs of the configurations that have none yet (a resumed sweep creates only the missing ones); the
     number created. Above ``limit`` configurations none is created, and the parent run's tag says so."""
-    records = configuration_records(spec, parent_id, results, selections)
+    records = configuration_records(spec, parent_id, results, selections, dataset)
     if len(records) > limit:
         tracking.set_tags(uri, parent_id, {CONFIG_RUNS_TAG: f"none: {len(records)} configurations exceed the limit of {limit} "
                                                             "(--config-runs-limit); every configuration is in the packs' tables"})

@@ -37,7 +37,7 @@ from raco_bench.sweeps.listing import PLANNED
 from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.spec import SweepSpec
-from raco_bench.sweeps.trial import log_dataset_input
+from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
@@ -347,7 +347,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
     parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     started = time.perf_counter()
-    created = log_configuration_runs(uri, experiment_id, spec, parent1, results1, selections, args.config_runs_limit)
+    created = log_configuration_runs(uri, experiment_id, spec, parent1, results1, selections, args.config_runs_limit, dataset_record(ds))
     print(f"[sweep] phase 1: {created} configuration runs created in MLflow in {time.perf_counter() - started:.1f}s", flush=True)
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials1), "completed": len(results1),
                                                 "selected": sum(s.config_id is not None for s in selections)})
@@ -365,6 +365,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json"))
     tracking.retry(lambda: tracking.client(uri).log_text(parent2, text, "summary.txt"))
+    log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
           f"(named {spec.experiment}.<method>.eps=<eps>.gamma=<gamma>)", flush=True)

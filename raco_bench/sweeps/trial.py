@@ -231,12 +231,16 @@ class ChildRun:
             )
 
 
-def log_dataset_input(uri: str, run_id: str, dataset) -> None:
-    """The run's dataset as its MLflow input (name, digest, source, split sizes): docs/sweeps.md, "MLflow"."""
+def dataset_record(dataset) -> tracking.DatasetRecord:
+    """A loaded dataset as the tracking store records it (name, digest, source, split sizes): docs/sweeps.md, "MLflow"."""
     from raco_bench.data.catalog import provenance
 
     digest, source, profile = provenance(dataset)
-    tracking.log_dataset(uri, run_id, dataset.name, digest, source, profile, list(dataset.feature_names))
+    return tracking.DatasetRecord(dataset.name, digest, source, profile, tuple(dataset.feature_names))
+
+
+def log_dataset_input(uri: str, run_id: str, dataset) -> None:
+    tracking.log_dataset(uri, run_id, dataset_record(dataset))
 
 
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
