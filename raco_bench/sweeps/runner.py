@@ -99,6 +99,12 @@ def recorded_keys(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
     return {r["trial_key"] for r in phase_results(uri, experiment_id, spec, phase)}
 
 
+def not_recorded(trials: list[dict], uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
+    """The trials no complete pack has recorded yet: the store is read once (not once per trial)."""
+    done = recorded_keys(uri, experiment_id, spec, phase)
+    return [t for t in trials if t["trial_key"] not in done]
+
+
 def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
     recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
@@ -128,7 +134,7 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str
     import ray
 
     resources, _ = _resources(args)
-    todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
+    todo = not_recorded(trials, uri, experiment_id, spec, phase)
     slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
@@ -140,7 +146,7 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str
     while todo:
         tracking.drop_abandoned_packs(uri, experiment_id, spec.sweep_id, phase, {p["pack_key"] for p in packs})
         errors = _fit(spec, phase, packs, len(todo), args, uri, experiment_id, parent, storage, key, attempt)
-        todo = [t for t in trials if t["trial_key"] not in recorded_keys(uri, experiment_id, spec, phase)]
+        todo = not_recorded(trials, uri, experiment_id, spec, phase)
         if not todo:
             break
         recorded = len(trials) - len(todo)
