@@ -366,6 +366,7 @@ def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: d
             SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]), KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
     tags[DESCRIPTION] = (f"A pack: {len(pack['members'])} {pack['method']} configurations of phase {pack['phase']} trained together; "
                          f"its table {PACK_TABLE} has a row per configuration (docs/packs.md).")
+    tags[SOURCE_NAME] = f"raco-bench sweep {pack['members'][0].get('experiment', '')}".strip()
     name = f"pack: phase {pack['phase']} {pack['method']} ({len(pack['members'])} configurations) {pack['pack_key'][:8]}"
     run_id, done, _ = _get_or_create_keyed_run(uri, experiment_id, PACK_KEY, tags, name)
     return run_id, done

@@ -273,7 +273,7 @@ def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_pa
     ds = load_dataset("parkinsons", seed=0)
     before = os.environ.get("MLFLOW_TRACKING_URI")
     with mlflow_model.tracking_uri(uri):
-        model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+        model = mlflow.pyfunc.load_model(f"runs:/{run_id}/raco-dp")  # the model is named for its method
     assert os.environ.get("MLFLOW_TRACKING_URI") == before  # nothing leaks into later subprocesses
     sig = model.metadata.signature
     assert sig.inputs.input_names() == list(ds.feature_names)
