@@ -6,10 +6,7 @@ logged, because an example would copy private training rows into the tracking st
 
 from __future__ import annotations
 
-import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -43,18 +40,11 @@ def feature_names_for(weights: dict[str, np.ndarray], names: tuple[str, ...], ex
     return [f"x{i}" for i in range(d)]
 
 
-@contextmanager
-def tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's fluent API pointed at ``uri`` for the block, then put back as it was. ``mlflow.set_tracking_uri``
-    also sets the ``MLFLOW_TRACKING_URI`` environment variable, which every later subprocess would inherit."""
-    import mlflow
+def tracking_uri(uri: str):
+    """MLflow's process-wide tracking URI pointed at ``uri`` for a block (:func:`raco_bench.tracking.fluent_uri`)."""
+    from raco_bench import tracking
 
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before)  # None unsets the variable again
+    return tracking.fluent_uri(uri)
 
 
 def logged_model_ids(uri: str, experiment_id: str, run_id: str) -> list[str]:

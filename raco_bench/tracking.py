@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -105,6 +107,21 @@ def client(uri: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+@contextmanager
+def fluent_uri(uri: str) -> Iterator[None]:
+    """MLflow's process-wide tracking URI set to ``uri`` for the block, then put back as it was. Some MLflow calls read
+    it whatever client they are made on (fluent ``log_model``; the registry resolving a ``models:/`` source), and
+    ``mlflow.set_tracking_uri`` also sets ``MLFLOW_TRACKING_URI``, which every later subprocess would inherit."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)  # None unsets the variable again
 
 
 def retry(fn: Callable[[], Any], attempts: int = 8) -> Any:
@@ -490,6 +507,7 @@ def register_model(uri: str, name: str, run_id: str, tags: dict[str, str], descr
                 raise
     for version in retry(lambda: c.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")):
         return version.version
-    version = retry(lambda: c.create_model_version(name, source=f"models:/{model.model_id}", run_id=run_id, tags=tags,
-                                                   description=description, model_id=model.model_id))
+    with fluent_uri(uri):  # the registry fetches the logged model through the process-wide URI, not this client's
+        version = retry(lambda: c.create_model_version(name, source=f"models:/{model.model_id}", run_id=run_id, tags=tags,
+                                                       description=description, model_id=model.model_id))
     return version.version

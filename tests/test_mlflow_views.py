@@ -161,3 +161,26 @@ def test_the_post_processed_predictor_loads_with_a_group_column(tmp_path):
     assert 0.68 < drawn < 0.82  # a draw with probability 0.75 (500 rows: 5 sd ≈ 0.1)
     with pytest.raises(Exception, match="group"):
         model.predict(x.drop(columns=["group"]))
+
+
+def test_registering_a_model_works_with_the_store_outside_the_working_directory(tmp_path, monkeypatch):
+    """MLflow's registry resolves a models:/ source through the process-wide tracking URI: registration must point it at
+    the sweep's store (a sweep run with --tracking-uri elsewhere than ./mlflow.db failed here), then put it back."""
+    import os
+
+    from raco_bench import mlflow_model
+
+    store = tmp_path / "store"
+    store.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    exp = tracking.get_or_create_experiment(uri, "registry")
+    run = tracking.client(uri).create_run(exp)
+    np.savez(tmp_path / "w.npz", weight=np.ones((2, 3)), bias=np.zeros(2))
+    mlflow_model.log_model(uri, run.info.run_id, tmp_path / "w.npz", ["a", "b", "c"], 2, name="raco-dp")
+    version = tracking.register_model(uri, "exp.raco-dp.eps=1.gamma=0.05", run.info.run_id, {"seed": "1000"}, "d", {"method": "raco-dp"}, "m")
+    assert str(version) == "1" and not (elsewhere / "mlflow.db").exists() and "MLFLOW_TRACKING_URI" not in os.environ
+    assert str(tracking.register_model(uri, "exp.raco-dp.eps=1.gamma=0.05", run.info.run_id, {}, "d", {}, "m")) == "1"  # once
