@@ -2,7 +2,8 @@
 
 MLflow copies this file into every logged model and runs it at load time, so it depends on numpy,
 pandas and mlflow only, never on raco_bench: a model logged by a sweep loads anywhere with
-``mlflow.pyfunc.load_model("models:/<model id>")`` or ``runs:/<run id>/model``.
+``mlflow.pyfunc.load_model("models:/<model id>")``, ``models:/<registered name>/<version>`` or
+``runs:/<run id>/<method>``.
 
 Input: the encoded feature columns of the dataset (public preprocessing, see docs/datasets.md), one
 row per example, in the signature's column order. Output: ``prediction`` (the class index) and

@@ -243,14 +243,16 @@ def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int
     return run.info.run_id
 
 
-def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: dict[str, str], name: str):
+def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: dict[str, str], name: str, redo_complete: bool = False):
     """(run_id, completed_run_or_None, reused): the run whose ``key_tag`` tag has the value in ``tags``, created
     with ``tags`` if there is none yet; ``reused`` when an earlier attempt created it.
 
     An incomplete run that an earlier attempt trained under another key (a sweep resumed without its key file) is
-    deleted and created anew: its partial points came from other draws, and would mix with this attempt's."""
+    deleted and created anew: its partial points came from other draws, and would mix with this attempt's. With
+    ``redo_complete`` a complete one is too (a γ view must repeat the training this attempt logs)."""
     found = find_run(uri, experiment_id, {key_tag: tags[key_tag]})
-    if found is not None and found.data.tags.get(COMPLETE) != "1" and KEY_ID in tags and found.data.tags.get(KEY_ID, tags[KEY_ID]) != tags[KEY_ID]:
+    other_key = found is not None and KEY_ID in tags and found.data.tags.get(KEY_ID, tags[KEY_ID]) != tags[KEY_ID]
+    if other_key and (found.data.tags.get(COMPLETE) != "1" or redo_complete):
         retry(lambda: client(uri).delete_run(found.info.run_id))
         found = None
     if found is not None:
@@ -259,13 +261,15 @@ def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: d
     return run.info.run_id, None, False
 
 
-def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict, key: str | None = None, gamma=None, view_of: str = ""):
+def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial: dict, key: str | None = None, gamma=None, view_of: str = "",
+                            redo_complete: bool = False):
     """(run_id, completed_run_or_None, reused) for a configuration's own run, keyed by its ``trial_key``; ``key`` is the
     :func:`key_id` of the attempt's word source.
 
     ``gamma`` is the γ the run is selected for (default: the trial's own). A γ-free method selected for several γ trains
     once and gets one run per γ: the first holds the training, each other one (``view_of`` its run id, keyed
-    ``trial_key@gamma``) carries the same results under its γ, so that filtering ``tags.gamma`` lines every method up."""
+    ``trial_key@gamma``) carries the same results under its γ, so that filtering ``tags.gamma`` lines every method up.
+    ``redo_complete``: a complete run of another key is deleted and created anew (see :func:`_get_or_create_keyed_run`)."""
     gamma = trial["gamma"] if gamma is None else gamma
     key_value = trial["trial_key"] + (f"@gamma={gamma_text(gamma)}" if view_of else "")
     tags = {**({KEY_ID: key} if key is not None else {}),
@@ -277,7 +281,7 @@ def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial:
         **({VIEW_OF: view_of} if view_of else {}),
     }
     name = f"{eps_text(trial['epsilon'])} gamma={gamma_text(gamma)} {trial['method']} config={trial['config_id']} seed={trial['seed']}"
-    return _get_or_create_keyed_run(uri, experiment_id, TRIAL_KEY, tags, name)
+    return _get_or_create_keyed_run(uri, experiment_id, TRIAL_KEY, tags, name, redo_complete)
 
 
 def trial_description(trial: dict, gamma, view_of: str = "") -> str:

@@ -79,13 +79,28 @@ def test_a_gamma_free_winner_has_a_run_per_gamma_with_its_dataset_and_model(tmp_
         assert model.name == "sgd" and model.tags[tracking.SOURCE_NAME] == f"raco-bench sweep {spec.experiment}"
     assert tracking.get_or_create_parent(uri, exp, spec.sweep_id, 2, {}) == parent
     assert c.get_run(parent).info.run_name == f"phase 2: selected configurations (sweep {spec.sweep_id[:8]})"
+    (pack_run,) = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'pack'")
+    assert pack_run.inputs.dataset_inputs[0].dataset.name == "parkinsons"
+
+    # a killed attempt after the view completed, retried under another key (a resume without --key-file): the trained
+    # run is logged again, and so is the view, which must repeat the new training, never keep the old one
+    for run_id in (trained.info.run_id, pack_run.info.run_id):
+        tracking.set_tags(uri, run_id, {tracking.COMPLETE: "0"})
+    execute_pack(pack, uri, exp, parent, flush_every_s=0, key=bytes(range(1, 33)))
+    runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+    assert len(runs) == 2
+    by_gamma = {r.data.tags["gamma"]: r for r in runs}
+    trained2, view2 = by_gamma["0.1"], by_gamma["0.2"]
+    assert trained2.info.run_id != trained.info.run_id and view2.data.tags[tracking.VIEW_OF] == trained2.info.run_id
+    assert view2.data.metrics == trained2.data.metrics and trained2.data.tags[tracking.KEY_ID] == view2.data.tags[tracking.KEY_ID]
 
 
 def _results(spec: SweepSpec, n_configs: int, seeds: int) -> list[dict]:
     rng = np.random.default_rng(0)
     return [{"method": "raco-dp", "epsilon": 1.0, "gamma": 0.05, "config_id": c, "seed": s, "params": {"lr": 0.01 * (c + 1)},
              "val_accuracy": float(rng.uniform(0.7, 0.85)), "val_max_constraint": float(rng.uniform(0, 0.1)),
-             "test_accuracy": float(rng.uniform(0.7, 0.85)), "test_max_constraint": float(rng.uniform(0, 0.1)), "epsilon_spent": 0.99}
+             "test_accuracy": float(rng.uniform(0.7, 0.85)), "test_max_constraint": float(rng.uniform(0, 0.1)), "epsilon_spent": 0.99,
+             "labels": {"privacy_notion": "record-level add/remove DP", "outside_budget": "none", "randomness": "secret"}}
             for c in range(n_configs) for s in range(seeds)]
 
 
@@ -116,7 +131,12 @@ def test_phase1_configurations_become_runs_in_bulk_sortable_and_created_once(tmp
     (won,) = tracking.search_all(uri, [exp], query + " and tags.selected_for_gamma = '0.05'")
     assert won.data.tags["config_id"] == "7" and won.info.run_name == "eps=1 gamma=0.05 raco-dp config=7 (mean of 2 seeds)"
     assert all(r.info.status == "FINISHED" for r in runs)
+    assert best.data.tags["privacy_notion"] == "record-level add/remove DP" and best.data.tags["outside_budget"] == "none"
     assert log_configuration_runs(uri, exp, spec, parent, results, sels) == 0  # a resumed sweep: nothing twice
+    tracking.set_status(uri, won.info.run_id, "RUNNING")  # a creation the killed driver did not finish
+    assert log_configuration_runs(uri, exp, spec, parent, results, sels) == 1  # created anew, once
+    again = tracking.search_all(uri, [exp], query + " and tags.selected_for_gamma = '0.05'")
+    assert len(again) == 1 and again[0].info.status == "FINISHED" and again[0].info.run_id != won.info.run_id
     assert tracking.client(uri).get_run(parent).data.tags[CONFIG_RUNS_TAG] == "1000"
     other = SweepSpec(dataset="adult", epsilons=(1.0,), gammas=(0.05,), methods=("raco-dp",), n_configs=10, phase1_seeds=2, sample_seed=1)
     parent2 = tracking.get_or_create_parent(uri, exp, other.sweep_id, 1, {})

@@ -398,13 +398,17 @@ def load_table(name: str, download: bool = True, **params) -> RawTable:
 
 
 def provenance(ds: TabularDataset) -> tuple[str, str, dict]:
-    """(digest, source, profile) of a loaded dataset, as a tracking store records it: the digest hashes the pinned
-    checksums of its raw files with the split seed and the preprocessing (two runs with one digest read the same
-    encoded rows); the source names the raw files; the profile gives the split sizes, features and groups."""
+    """(digest, source, profile) of a loaded dataset, as a tracking store records it: the digest hashes its name, the
+    catalog's parameters, the pinned checksums of its raw files, the split seed, the preprocessing and the split sizes
+    (two runs with one digest read the same encoded rows); the source names the raw files; the profile gives the split
+    sizes, features and groups."""
     import hashlib
 
-    raws = get_spec(ds.name).files() if ds.name in DATASETS else ()
-    seal = json.dumps({"files": [r.sha256 for r in raws], "split_seed": ds.split_seed, "preprocessing": ds.preprocessing}, sort_keys=True)
+    spec = DATASETS.get(ds.name)
+    raws = spec.files() if spec is not None else ()
+    seal = json.dumps({"name": ds.name, "params": spec.default_params if spec is not None else {}, "files": [r.sha256 for r in raws],
+                       "split_seed": ds.split_seed, "preprocessing": ds.preprocessing,
+                       "sizes": [len(ds.train), len(ds.val), len(ds.test)], "features": list(ds.feature_names)}, sort_keys=True)
     digest = hashlib.sha256(seal.encode()).hexdigest()[:16]
     source = ", ".join(r.url or r.relpath for r in raws) or "generated (no file)"
     profile = {"train_rows": len(ds.train), "val_rows": len(ds.val), "test_rows": len(ds.test), "features": ds.n_features,

@@ -63,7 +63,8 @@ def load_references(path: Path | None, datasets: set[str], constraint: str | Non
         return None
     if not path.is_file():
         raise ReportError(f"reference-points file {path} does not exist")
-    ref = pd.read_csv(path, comment="#").rename(columns=OLD_REFERENCE_COLUMNS)
+    ref = pd.read_csv(path, comment="#")
+    ref = ref.rename(columns={old: new for old, new in OLD_REFERENCE_COLUMNS.items() if new not in ref.columns})
     missing = [c for c in REFERENCE_COLUMNS if c not in ref.columns]
     if missing:
         raise ReportError(f"reference-points file {path} lacks column(s) {', '.join(missing)}; expected {', '.join(REFERENCE_COLUMNS)}")

@@ -26,16 +26,20 @@ import pandas as pd  # noqa: E402
 from raco_bench.report.overlap import warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
 
-PALETTE = [("#66CCEE", "P"), ("#AA3377", "<"), ("#BBBBBB", ">"), ("#4477AA", "p")]  # for methods that logged no style
+PALETTE = [("#332288", "P"), ("#882255", "<"), ("#117733", ">"), ("#DDCC77", "p")]  # Tol colours no registered method declares
 
 
 def method_styles(df: pd.DataFrame) -> dict[str, tuple[str, str]]:
-    """(colour, marker) per method, as each method plugin declares it (logged with its runs as the
-    ``method_style`` tag); methods without one get the next unused colour-blind-safe fallback."""
-    styles: dict[str, tuple[str, str]] = {}
+    """(colour, marker) per method, as its plugin declares it today (so a store logged under older colours is drawn in
+    today's), else as its runs logged it (the ``method_style`` tag, for a method this installation does not know);
+    methods with neither get the next colour-blind-safe fallback that no registered method uses."""
+    from raco_bench.methods import registry
+
+    known = {name: cls.style for name, cls in registry().items()}
+    styles: dict[str, tuple[str, str]] = {m: known[m] for m in set(df["method"]) if m in known}
     if "style" in df.columns:
         for method, tag in df.dropna(subset=["style"]).groupby("method")["style"].first().items():
-            if tag and "," in tag:
+            if method not in styles and tag and "," in tag:
                 colour, marker = tag.split(",", 1)
                 styles[method] = (colour, marker)
     spare = iter(PALETTE * 4)

@@ -1,4 +1,4 @@
-"""Non-dominated points for (error, violation), both minimised."""
+"""Non-dominated points for (constraint value, error), both minimised."""
 
 from __future__ import annotations
 

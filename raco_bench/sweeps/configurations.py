@@ -20,9 +20,10 @@ from raco_bench.sweeps.plan import Selection
 from raco_bench.sweeps.spec import SweepSpec
 
 # About 10 ms per run on a local SQLite store (four store calls): 10,000 configurations add under 2 minutes to a sweep that
-# trains them for hours (`tests/test_configuration_runs.py` measures the rate; docs/sweeps.md, "MLflow").
+# trains them for hours (`tests/test_mlflow_views.py` prints the rate; docs/sweeps.md, "MLflow: what the UI shows").
 CONFIG_RUNS_LIMIT = 10_000
 CONFIG_RUNS_TAG = "raco_bench.configuration_runs"  # on the phase-1 parent: how many were created, or why none
+LABEL_TAGS = ("privacy_notion", "outside_budget", "randomness", "checkpoint", "preprocessing")  # as the seeds' runs tag them
 AVERAGED = ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "epsilon_spent")
 
 
@@ -58,7 +59,9 @@ def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], 
         metrics["val_error"] = 1.0 - metrics["val_accuracy"]
         metrics["test_error"] = 1.0 - metrics["test_accuracy"]
         selected = ",".join(tracking.gamma_text(g) for g in won) or "no"
-        tags = {"mlflow.parentRunId": parent_id, tracking.KIND: "configuration", tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: "1",
+        labels = {k: " | ".join(sorted({r["labels"][k] for r in rows if k in r.get("labels", {})})) for k in LABEL_TAGS}
+        tags = {**{k: v for k, v in labels.items() if v},
+                "mlflow.parentRunId": parent_id, tracking.KIND: "configuration", tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: "1",
                 tracking.CONFIG_KEY: key, "dataset": spec.dataset, "constraint": spec.constraint, "method": method,
                 "epsilon": str(epsilon), "gamma": tracking.gamma_text(gamma), "config_id": str(config_id), "selected_for_gamma": selected,
                 "trained_with_gamma": "yes" if gamma is not None else "no", tracking.SOURCE_NAME: f"raco-bench sweep {spec.experiment}",
@@ -72,15 +75,20 @@ def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], 
 
 def log_configuration_runs(uri: str, experiment_id: str, spec: SweepSpec, parent_id: str, results: list[dict], selections: list[Selection],
                            limit: int = CONFIG_RUNS_LIMIT, dataset: tracking.DatasetRecord | None = None) -> int:
-    """Create the runs of the configurations that have none yet (a resumed sweep creates only the missing ones); the
-    number created. Above ``limit`` configurations none is created, and the parent run's tag says so."""
+    """Create the runs of the configurations that have none yet (a resumed sweep creates only the missing ones, and
+    again any whose creation was interrupted); the number created. Above ``limit`` configurations none is created, and the parent run's tag says so."""
     records = configuration_records(spec, parent_id, results, selections, dataset)
     if len(records) > limit:
         tracking.set_tags(uri, parent_id, {CONFIG_RUNS_TAG: f"none: {len(records)} configurations exceed the limit of {limit} "
                                                             "(--config-runs-limit); every configuration is in the packs' tables"})
         return 0
     query = f"tags.`{tracking.KIND}` = 'configuration' and tags.`{tracking.SWEEP_ID}` = '{spec.sweep_id}'"
-    held = {r.data.tags.get(tracking.CONFIG_KEY) for r in tracking.search_all(uri, [experiment_id], query)}
+    held = set()
+    for run in tracking.search_all(uri, [experiment_id], query):
+        if run.info.status == "FINISHED":  # ended by the last call of its creation: complete
+            held.add(run.data.tags.get(tracking.CONFIG_KEY))
+        else:  # creation interrupted (the driver killed): created anew below
+            tracking.retry(lambda run=run: tracking.client(uri).delete_run(run.info.run_id))
     missing = [record for key, record in records.items() if key not in held]
     tracking.create_finished_runs(uri, experiment_id, missing)
     tracking.set_tags(uri, parent_id, {CONFIG_RUNS_TAG: str(len(records))})

@@ -3,7 +3,9 @@
 For each (method, ε, γ) that phase 1 selected a configuration for, one registered model named
 ``<experiment>.<method>.eps=<ε>.gamma=<γ>``; each of its versions is the reported model of one phase-2 seed
 (they are draws of the same selected configuration; none is picked on test data). Versions carry the
-run's method, ε, γ, configuration, seed, privacy notion and what it read outside the budget.
+run's method, ε, γ, configuration, seed, privacy notion, what it read outside the budget and its sweep id
+(two sweeps of one experiment, say 8 then 200 configurations, register under the same names: the
+``raco_bench.sweep_id`` tag of a version tells them apart).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def registered_name(experiment: str, method: str, epsilon, gamma) -> str:
 
 def register_selected(uri: str, experiment_id: str, spec: SweepSpec, selections: list[Selection]) -> int:
     """Register every phase-2 model of every selection (idempotent: a resumed sweep adds only what is missing); the
-    number of versions registered."""
+    number of versions the registry holds for them."""
     count = 0
     for sel in selections:
         if sel.config_id is None:
@@ -31,9 +33,10 @@ def register_selected(uri: str, experiment_id: str, spec: SweepSpec, selections:
         for run in sorted(tracking.search_all(uri, [experiment_id], query), key=lambda r: int(r.data.tags.get("seed", 0))):
             t = run.data.tags
             tags = {k: t.get(k, "") for k in ("method", "dataset", "constraint", "epsilon", "gamma", "config_id", "seed", "privacy_notion",
-                                             "outside_budget", "checkpoint", "randomness")}
+                                             "outside_budget", "checkpoint", "randomness", tracking.SWEEP_ID)}
             acc = run.data.metrics.get("test_accuracy")
-            description = (f"{sel.method} at {tracking.eps_text(sel.epsilon)}, selected on validation for gamma={tracking.gamma_text(sel.gamma)} "
+            description = (f"Sweep {spec.sweep_id}: {sel.method} at {tracking.eps_text(sel.epsilon)}, "
+                           f"selected on validation for gamma={tracking.gamma_text(sel.gamma)} "
                            f"(configuration {sel.config_id}); phase-2 seed {t.get('seed')}"
                            + (f", test accuracy {acc:.4f}" if acc is not None else "") + f". Privacy: {t.get('privacy_notion', '')}; "
                            f"outside the budget: {t.get('outside_budget', 'none')}.")

@@ -32,7 +32,7 @@ from pathlib import Path
 from raco_bench import tracking
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
-from raco_bench.sweeps.configurations import log_configuration_runs
+from raco_bench.sweeps.configurations import LABEL_TAGS, log_configuration_runs
 from raco_bench.sweeps.listing import PLANNED
 from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.registry import register_selected
@@ -234,7 +234,8 @@ def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
                     "val_max_constraint": value("val_max_constraint", math.inf), "test_accuracy": value("test_accuracy"),
                     "test_max_constraint": value("test_max_constraint"), "epsilon_spent": value("epsilon_spent"),
                     "noisy_val_accuracy": value("noisy_val_accuracy"), "noisy_val_max_constraint": value("noisy_val_max_constraint", math.inf),
-                    "repeat": None if value("repeat", None) is None else int(row["repeat"]), "epsilon_end_to_end": value("epsilon_end_to_end", None)})
+                    "repeat": None if value("repeat", None) is None else int(row["repeat"]), "epsilon_end_to_end": value("epsilon_end_to_end", None),
+                    "labels": {k: str(row[k]) for k in LABEL_TAGS if k in row and row[k] == row[k]}})
     return out
 
 

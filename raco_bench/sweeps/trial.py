@@ -191,11 +191,17 @@ class ChildRun:
     @staticmethod
     def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
         """The runs of one configuration: one per γ it is selected for (``selected_gammas``, several for a γ-free method
-        that won at several γ; the first holds the training, the others are views of it), else one at its own γ."""
+        that won at several γ; the first holds the training, the others are views of it), else one at its own γ.
+
+        Views are closed before the trained run (``execute_pack``), so a complete trained run has complete views; when
+        the trained run is logged again (a killed attempt), a complete view of another key is logged again too, so a view
+        never holds other results than its trained run."""
         runs: list[ChildRun] = []
         for g in trial.get("selected_gammas") or [trial["gamma"]]:
             view_of = runs[0].run_id if runs else ""
-            run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial, key_id, gamma=g, view_of=view_of)
+            redo = bool(runs) and not runs[0].done
+            run_id, done, reused = tracking.get_or_create_trial_run(uri, experiment_id, parent_run_id, trial, key_id, gamma=g, view_of=view_of,
+                                                                    redo_complete=redo)
             live = None if done is not None else tracking.LiveMetrics(uri, run_id, flush_every_s, reused=reused)
             runs.append(ChildRun(run_id, done is not None, live, g, view_of))
         return runs
@@ -306,6 +312,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     cfgs = [run_config(t, device) for t in trained]
     dataset = _dataset(first["dataset"], cfgs[0].split_seed if cfgs else 0, first.get("preprocessing", "public"))
     runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
+    log_dataset_input(tracking_uri, run_id, dataset)
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
     children = [ChildRun.open(t, tracking_uri, experiment_id, parent_run_id, flush_every_s, key_id) for t in trained] if pack.get("child_runs") else []
     best: dict[int, float] = {}
@@ -329,7 +336,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     for k, (t, result) in enumerate(zip(trained, results)):
         metrics, params, tags = trial_outputs(t, result)
         tags.update(env_tags, **{"raco_bench.trial": json.dumps(t, sort_keys=True)})
-        for child in children[k] if children else []:
+        for child in reversed(children[k]) if children else []:  # views first: the trained run completes last
             child.close(t, result, metrics, params, {**tags, **({tracking.VIEW_OF: child.view_of} if child.view_of else {})}, tracking_uri, dataset)
         row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
         rows.append(table_row(t, children[k][0].run_id if children else run_id, metrics, row_tags))
