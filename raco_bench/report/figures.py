@@ -199,7 +199,10 @@ def _tidy_axis(ax, xscale: str, nonnegative: bool) -> None:
 
     ax.set_xscale(xscale)
     if xscale == "log":
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12))
+        low, high = ax.get_xlim()
+        decades = math.log10(high / low) if low > 0 and high > low else 1.0
+        subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 2.5 else (1.0,)  # labels fit a 4-inch panel
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=7))
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(NullFormatter())
     elif nonnegative:
