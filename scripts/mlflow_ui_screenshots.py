@@ -8,7 +8,7 @@ then saves, under ``--out`` (default ``mlflow_ui_screenshots/``):
 
 1. ``1_phase2_at_gamma.png``: the experiment's runs filtered to the phase-2 runs of every method at one γ
    (``tags.gamma``), RaCO-DP and DP-FERMI side by side;
-2. ``2_compare.png``: those runs in the compare view;
+2. ``2_compare.png``: RaCO-DP's and DP-FERMI's among those runs, at one ε, in the compare view;
 3. ``3_phase1_by_val_accuracy.png``: the phase-1 configurations (one run each) sorted by validation accuracy, and
    ``3b_phase1_charts.png`` the same runs in the chart view (a chart per metric);
 4. ``4_registry.png`` and ``5_registered_model.png``: the Model Registry and one selected model's versions.
@@ -88,6 +88,16 @@ def screenshot(chromium: str, url: str, path: Path, size: str = "1800,1100") -> 
     print(f"[ui] {path.name}: {'saved' if path.is_file() else 'NOT saved'} ({url})", flush=True)
 
 
+def compared(runs: list, methods: tuple[str, ...] = ("raco-dp", "dp-fermi"), most: int = 10) -> list:
+    """The runs of the compare view: RaCO-DP's and DP-FERMI's at the first ε both have, else the first runs."""
+    eps = sorted({r.data.tags["epsilon"] for r in runs if r.data.tags["method"] == methods[0]}
+                 & {r.data.tags["epsilon"] for r in runs if r.data.tags["method"] == methods[1]})
+    chosen = [r for r in runs if eps and r.data.tags["epsilon"] == eps[0] and r.data.tags["method"] in methods]
+    print(f"[ui] compare view: {len(chosen[:most]) or min(len(runs), most)} runs "
+          + (f"({', '.join(methods)} at epsilon {eps[0]})" if chosen else "(the first ones)"), flush=True)
+    return (chosen or runs)[:most]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", type=Path, help="an MLflow SQLite file (default: run a smoke sweep first)")
@@ -114,7 +124,7 @@ def main() -> None:
     configs = tracking.search_all(uri, [eid], f"tags.`{tracking.KIND}` = 'configuration'", order_by=["metrics.val_accuracy DESC"])
     print(f"[ui] phase-1 configuration runs: {len(configs)}; best by validation accuracy: "
           + (f"{configs[0].info.run_name} ({configs[0].data.metrics.get('val_accuracy', float('nan')):.4f})" if configs else "none"), flush=True)
-    models = [m.name for m in c.search_registered_models() if m.name.startswith(args.experiment + ".")]
+    models = [m.name for m in c.search_registered_models() if m.name.endswith("." + args.experiment)]
     print(f"[ui] registered models: {len(models)}: {', '.join(sorted(models))}", flush=True)
 
     port = free_port()
@@ -123,7 +133,7 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}/#"
         query = lambda **kw: urllib.parse.urlencode(kw, quote_via=urllib.parse.quote)  # noqa: E731
         screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=phase2), args.out / "1_phase2_at_gamma.png")
-        ids = [r.info.run_id for r in runs][:8]
+        ids = [r.info.run_id for r in compared(runs)]
         screenshot(chromium, f"{base}/compare-runs?" + query(runs=json.dumps(ids), experiments=json.dumps([eid])), args.out / "2_compare.png",
                    "1800,1600")
         screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=f"tags.`{tracking.KIND}` = 'configuration'",

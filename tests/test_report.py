@@ -297,7 +297,7 @@ def test_the_sweep_store_is_browsable_in_mlflow(adult_store):
     assert chosen
     for s in chosen:
         eps = "inf" if s["epsilon"] is None else f"{s['epsilon']:g}"
-        name = f"adult-demographic-parity-smoke.{s['method']}.eps={eps}.gamma={s['gamma']:g}"
+        name = f"{s['method']}.eps={eps}.gamma={s['gamma']:g}.adult-demographic-parity-smoke"
         versions = c.search_model_versions(f"name = '{name}'")
         assert len(versions) == s["phase2_runs"] and {v.tags["method"] for v in versions} == {s["method"]}
         assert {v.tags["gamma"] for v in versions} == {f"{s['gamma']:g}"} and all(v.tags["outside_budget"] == "none" for v in versions)

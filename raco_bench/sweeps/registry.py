@@ -1,7 +1,8 @@
 """The selected models in MLflow's Model Registry (docs/sweeps.md, "MLflow").
 
 For each (method, ε, γ) that phase 1 selected a configuration for, one registered model named
-``<experiment>.<method>.eps=<ε>.gamma=<γ>``; each of its versions is the reported model of one phase-2 seed
+``<method>.eps=<ε>.gamma=<γ>.<experiment>`` (what tells models apart first: the registry's list cuts long names);
+each of its versions is the reported model of one phase-2 seed
 (they are draws of the same selected configuration; none is picked on test data). Versions carry the
 run's method, ε, γ, configuration, seed, privacy notion, what it read outside the budget and its sweep id
 (two sweeps of one experiment, say 8 then 200 configurations, register under the same names: the
@@ -16,7 +17,7 @@ from raco_bench.sweeps.spec import SweepSpec
 
 
 def registered_name(experiment: str, method: str, epsilon, gamma) -> str:
-    return f"{experiment}.{method}.{tracking.eps_text(epsilon)}.gamma={tracking.gamma_text(gamma)}"
+    return f"{method}.{tracking.eps_text(epsilon)}.gamma={tracking.gamma_text(gamma)}.{experiment}"
 
 
 def register_selected(uri: str, experiment_id: str, spec: SweepSpec, selections: list[Selection]) -> int:

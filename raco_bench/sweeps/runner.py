@@ -375,7 +375,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
-          f"(named {spec.experiment}.<method>.eps=<eps>.gamma=<gamma>)", flush=True)
+          f"(named <method>.eps=<eps>.gamma=<gamma>.{spec.experiment})", flush=True)
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
                                                 "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
