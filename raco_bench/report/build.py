@@ -157,6 +157,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     tracking.check_reachable(uri)
     progress = Progress("report", 5, every=0.0)
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
+    skipped = dict(df.attrs.get("skipped", {}))
     progress.advance(f"{len(df)} runs loaded from {uri}")
     refs = load_references(references, set(df["dataset"]), str(df["constraint"].iloc[0]))
     out.mkdir(parents=True, exist_ok=True)
@@ -198,6 +199,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                                 f"({sel.get('feasible_configs', '0')} feasible"
                                 + (f"; {sel['failed_configs']} excluded because a phase-1 seed failed" if sel.get("failed_configs") else "")
                                 + "); it has no point in the satisfaction plot.")
+    for key, count in skipped.items():
+        report.notes.append(f"{count} planned run(s) not trained, so not drawn: {key}.")
     sat = satisfaction_rows(df, selections)
     if not sat.empty:
         sat.to_csv(out / "satisfaction.csv", index=False)

@@ -164,7 +164,7 @@ def save(fig, out: Path, stem: str) -> list[Path]:
     """Write the figure as PDF and PNG, after checking it for overlapping text (a :class:`LayoutWarning` names the pairs)."""
     warn_overlaps(fig, f"{out.name}/{stem}")
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
-    fig.savefig(paths[0], bbox_inches="tight")
+    fig.savefig(paths[0], bbox_inches="tight", metadata={"CreationDate": None})  # no date: a regenerated page diffs only where it changed
     fig.savefig(paths[1], dpi=150, bbox_inches="tight")
     plt.close(fig)
     return paths

@@ -43,9 +43,12 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
         raise ReportError(f"experiment {experiment!r} has no finished runs of sweep {sweep_id!r}; sweeps there: {', '.join(sorted(sweeps))}")
     chosen = [r for r in packs if r.data.tags.get(tracking.SWEEP_ID) == sweep_id]
     table = tracking.pack_tables(uri, chosen)
+    skipped_reasons: dict[str, int] = {}
     if "skipped" in table:
         skipped = table["skipped"]
-        table = table[skipped.isna() | (skipped.astype(str) == "")]
+        trained = skipped.isna() | (skipped.astype(str) == "")
+        skipped_reasons = {f"{m}: {reason}": int(n) for (m, reason), n in table.loc[~trained].groupby(["method", "skipped"]).size().items()}
+        table = table[trained]
     start = {r.info.run_id: r.info.start_time for r in chosen}
     table = table.assign(start_time=table["pack_run_id"].map(start), style=table.get("method_style"),
                          privacy_notion=table.get("privacy_notion", ""), outside_budget=table.get("outside_budget", "unknown"))
@@ -58,7 +61,9 @@ def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.Data
     table["phase"] = table["phase"].astype(int)
     table["config_id"] = table["config_id"].astype(int)
     table["seed"] = table["seed"].astype(int)
-    return table[COLUMNS].reset_index(drop=True)
+    out = table[COLUMNS].reset_index(drop=True)
+    out.attrs["skipped"] = skipped_reasons  # "method: reason" -> runs the sweep planned but could not train
+    return out
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
