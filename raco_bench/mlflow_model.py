@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raco_bench import tracking
+
 CODE = Path(__file__).with_name("mlflow_pyfunc.py")
 ARTIFACT_NAME = "model"
 
@@ -40,19 +42,8 @@ def feature_names_for(weights: dict[str, np.ndarray], names: tuple[str, ...], ex
     return [f"x{i}" for i in range(d)]
 
 
-def tracking_uri(uri: str):
-    """MLflow's process-wide tracking URI pointed at ``uri`` for a block (:func:`raco_bench.tracking.fluent_uri`)."""
-    from raco_bench import tracking
-
-    return tracking.fluent_uri(uri)
-
-
 def logged_model_ids(uri: str, experiment_id: str, run_id: str) -> list[str]:
-    from raco_bench import tracking
-
-    c = tracking.client(uri)
-    found = tracking.retry(lambda: c.search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'"))
-    return [m.model_id for m in found]
+    return [m.model_id for m in tracking.logged_models(uri, experiment_id, run_id)]
 
 
 def log_model(uri: str, run_id: str, weights_file: Path, feature_names: list[str], n_classes: int, name: str = ARTIFACT_NAME,
@@ -68,8 +59,6 @@ def log_model(uri: str, run_id: str, weights_file: Path, feature_names: list[str
     """
     import mlflow
 
-    from raco_bench import tracking
-
     run = tracking.retry(lambda: tracking.client(uri).get_run(run_id))
     if logged_model_ids(uri, run.info.experiment_id, run_id):
         return
@@ -79,7 +68,7 @@ def log_model(uri: str, run_id: str, weights_file: Path, feature_names: list[str
     if randomised:
         tags["predictor"] = ("randomised: prediction is one draw of P(Y=1 | group, base prediction); uses the group at prediction time "
                              f"(input column {GROUP_COLUMN!r}: the group's index)")
-    with tracking_uri(uri), warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
+    with tracking.fluent_uri(uri), warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
         warnings.simplefilter("ignore")  # MLflow's hints about input examples and type hints (see the module docstring)
         mlflow.pyfunc.log_model(name=name, python_model=str(CODE), artifacts={"weights": str(weights_file)},
                                 signature=signature(feature_names, n_classes, group=randomised), pip_requirements=["mlflow", "numpy", "pandas"],

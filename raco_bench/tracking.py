@@ -53,6 +53,11 @@ def gamma_text(gamma) -> str:
     return "none" if gamma is None else f"{float(gamma):g}"
 
 
+def sweep_source(experiment: str) -> str:
+    """The source the UI shows for a sweep's runs and models (``mlflow.source.name``)."""
+    return f"raco-bench sweep {experiment}".strip()
+
+
 def phase_run_name(sweep_id: str, phase: int) -> str:
     """A phase's parent run: the phase first (the UI cuts long names), then the sweep."""
     return f"phase {phase}: {PHASE_TITLES.get(phase, 'phase')} (sweep {sweep_id[:8]})"
@@ -237,7 +242,7 @@ def get_or_create_parent(uri: str, experiment_id: str, sweep_id: str, phase: int
     what = ("every configuration on its phase-1 seeds; child runs: one per configuration (mean over seeds) and the packs that trained them"
             if phase == 1 else "fresh seeds of each selected configuration; child runs: one per (ε, γ, configuration, seed), and the packs")
     tags = {**tags, DESCRIPTION: f"Phase {phase} of sweep {sweep_id} ({spec.get('experiment', '')}): {what}. Selection: docs/sweeps.md.",
-            SOURCE_NAME: f"raco-bench sweep {spec.get('experiment', '')}".strip()}
+            SOURCE_NAME: sweep_source(spec.get("experiment", ""))}
     run = retry(lambda: c.create_run(experiment_id, tags=tags, run_name=phase_run_name(sweep_id, phase)))
     retry(lambda: c.log_text(run.info.run_id, json.dumps(spec, indent=2, default=str), "sweep_spec.json"))
     return run.info.run_id
@@ -276,7 +281,7 @@ def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial:
             "mlflow.parentRunId": parent_id, TRIAL_KEY: key_value, SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
         KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
         "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": gamma_text(gamma),
-        "trained_with_gamma": "yes" if trial["gamma"] is not None else "no", SOURCE_NAME: f"raco-bench sweep {trial.get('experiment', '')}".strip(),
+        "trained_with_gamma": "yes" if trial["gamma"] is not None else "no", SOURCE_NAME: sweep_source(trial.get("experiment", "")),
         DESCRIPTION: trial_description(trial, gamma, view_of),
         **({VIEW_OF: view_of} if view_of else {}),
     }
@@ -387,7 +392,7 @@ def get_or_create_pack_run(uri: str, experiment_id: str, parent_id: str, pack: d
             SWEEP_ID: pack["sweep_id"], PHASE: str(pack["phase"]), KIND: "pack", "method": pack["method"], "configurations": str(len(pack["members"]))}
     tags[DESCRIPTION] = (f"A pack: {len(pack['members'])} {pack['method']} configurations of phase {pack['phase']} trained together; "
                          f"its table {PACK_TABLE} has a row per configuration (docs/packs.md).")
-    tags[SOURCE_NAME] = f"raco-bench sweep {pack['members'][0].get('experiment', '')}".strip()
+    tags[SOURCE_NAME] = sweep_source(pack["members"][0].get("experiment", ""))
     name = f"pack: phase {pack['phase']} {pack['method']} ({len(pack['members'])} configurations) {pack['pack_key'][:8]}"
     run_id, done, _ = _get_or_create_keyed_run(uri, experiment_id, PACK_KEY, tags, name)
     return run_id, done
@@ -492,14 +497,18 @@ def create_finished_runs(uri: str, experiment_id: str, records: list[RunRecord])
     return ids
 
 
+def logged_models(uri: str, experiment_id: str, run_id: str) -> list:
+    """The MLflow logged models a run has logged (one per run in this suite)."""
+    return list(retry(lambda: client(uri).search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'")))
+
+
 def register_model(uri: str, name: str, run_id: str, tags: dict[str, str], description: str, model_tags: dict[str, str],
                    model_description: str) -> str | None:
     """Register the logged model of ``run_id`` as a version of registered model ``name`` (created with ``model_tags`` and
     ``model_description`` if absent), once: a run already registered under ``name`` keeps its version. Returns the
     version, or None when the run logged no model."""
     c = client(uri)
-    run = retry(lambda: c.get_run(run_id))
-    models = retry(lambda: c.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'"))
+    models = logged_models(uri, retry(lambda: c.get_run(run_id)).info.experiment_id, run_id)
     if not models:
         return None
     model = models[0]

@@ -169,7 +169,7 @@ def test_the_post_processed_predictor_loads_with_a_group_column(tmp_path):
     mlflow_model.log_model(uri, run.info.run_id, path, ["x0", "x1"], 2, name="dp-postprocess")
     (logged,) = tracking.client(uri).search_logged_models([exp])
     assert logged.name == "dp-postprocess" and "uses the group at prediction time" in logged.tags["predictor"]
-    with mlflow_model.tracking_uri(uri):
+    with tracking.fluent_uri(uri):
         model = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
     assert model.metadata.signature.inputs.input_names() == ["x0", "x1", "group"]
     x = pd.DataFrame({"x0": [-1.0, 1.0, -1.0, 1.0] * 500, "x1": 0.0, "group": [0, 0, 1, 1] * 500})

@@ -273,7 +273,7 @@ def test_the_sweep_store_is_browsable_in_mlflow(adult_store):
     with its tags and loadable from the registry."""
     import mlflow
 
-    from raco_bench import mlflow_model, tracking
+    from raco_bench import tracking
 
     uri = f"sqlite:///{adult_store / 'mlflow.db'}"
     c = tracking.client(uri)
@@ -304,7 +304,7 @@ def test_the_sweep_store_is_browsable_in_mlflow(adult_store):
         winners = [r for r in configurations if r.data.tags["method"] == s["method"] and r.data.tags["config_id"] == str(s["config_id"])
                    and f"{s['gamma']:g}" in r.data.tags["selected_for_gamma"].split(",")]
         assert winners, f"no configuration run of {name} is tagged as selected"
-    with mlflow_model.tracking_uri(uri):
+    with tracking.fluent_uri(uri):
         model = mlflow.pyfunc.load_model(f"models:/{name}/1")
     assert model.metadata.signature.outputs.input_names()[0] == "prediction"
 

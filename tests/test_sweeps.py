@@ -272,7 +272,7 @@ def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_pa
     run_id = run.info.run_id
     ds = load_dataset("parkinsons", seed=0)
     before = os.environ.get("MLFLOW_TRACKING_URI")
-    with mlflow_model.tracking_uri(uri):
+    with tracking.fluent_uri(uri):
         model = mlflow.pyfunc.load_model(f"runs:/{run_id}/raco-dp")  # the model is named for its method
     assert os.environ.get("MLFLOW_TRACKING_URI") == before  # nothing leaks into later subprocesses
     sig = model.metadata.signature

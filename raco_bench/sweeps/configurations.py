@@ -64,7 +64,7 @@ def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], 
                 "mlflow.parentRunId": parent_id, tracking.KIND: "configuration", tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: "1",
                 tracking.CONFIG_KEY: key, "dataset": spec.dataset, "constraint": spec.constraint, "method": method,
                 "epsilon": str(epsilon), "gamma": tracking.gamma_text(gamma), "config_id": str(config_id), "selected_for_gamma": selected,
-                "trained_with_gamma": "yes" if gamma is not None else "no", tracking.SOURCE_NAME: f"raco-bench sweep {spec.experiment}",
+                "trained_with_gamma": "yes" if gamma is not None else "no", tracking.SOURCE_NAME: tracking.sweep_source(spec.experiment),
                 tracking.DESCRIPTION: (f"Phase-1 configuration {config_id} of {method} at {tracking.eps_text(epsilon)}, "
                                        f"gamma={tracking.gamma_text(gamma)}: the mean (and _sd) over its {len(rows)} seeds. Selected for "
                                        f"gamma: {selected}. Seed-level rows: the packs' {tracking.PACK_TABLE}.")}

@@ -338,8 +338,9 @@ def run_sweep(spec: SweepSpec, args) -> dict:
                  logging_level=logging.INFO if args.verbose else logging.WARNING)
     experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
-    record_provenance(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ray.cluster_resources())
-    log_dataset_input(uri, tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec)), ds)
+    parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
+    record_provenance(uri, parent1, ray.cluster_resources())
+    log_dataset_input(uri, parent1, ds)
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key)
@@ -352,7 +353,6 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     results1 = phase_results(uri, experiment_id, spec, 1)
     positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
     selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
-    parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     started = time.perf_counter()
     created = log_configuration_runs(uri, experiment_id, spec, parent1, results1, selections, args.config_runs_limit, dataset_record(ds))
     print(f"[sweep] phase 1: {created} configuration runs created in MLflow in {time.perf_counter() - started:.1f}s", flush=True)

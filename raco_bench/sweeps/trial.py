@@ -225,7 +225,7 @@ class ChildRun:
             np.savez(weights_last, **result.final_params)
             columns = mlflow_model.feature_names_for(result.reported_params, dataset.feature_names,
                                                      tuple(f"{dataset.sensitive_attribute}={g}" for g in dataset.group_names))
-            source = f"raco-bench sweep {trial.get('experiment', '')}" if trial.get("sweep_id") else "raco-bench train"
+            source = tracking.sweep_source(trial.get("experiment", "")) if trial.get("sweep_id") else "raco-bench train"
             tracking.log_trial(
                 uri, self.run_id, params, {k: v for k, v in metrics.items() if math.isfinite(v)}, tags,
                 {"config.json": json.dumps({"trial": trial, "run_config": result.config, "hyperparameters": result.hyperparameters,
@@ -337,7 +337,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         metrics, params, tags = trial_outputs(t, result)
         tags.update(env_tags, **{"raco_bench.trial": json.dumps(t, sort_keys=True)})
         for child in reversed(children[k]) if children else []:  # views first: the trained run completes last
-            child.close(t, result, metrics, params, {**tags, **({tracking.VIEW_OF: child.view_of} if child.view_of else {})}, tracking_uri, dataset)
+            child.close(t, result, metrics, params, tags, tracking_uri, dataset)  # a view's view_of tag is set when it is created
         row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
         rows.append(table_row(t, children[k][0].run_id if children else run_id, metrics, row_tags))
         curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
