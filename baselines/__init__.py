@@ -1,6 +1,4 @@
-"""Baseline methods that run alongside RaCO-DP: DP-FERMI, non-private SGDA, DP-SGD and SGD."""
-
-from baselines.dp_fermi import DPFermi
-from baselines.sgda import DPSGD, SGD, SGDA
-
-__all__ = ["DPFermi", "DPSGD", "SGD", "SGDA"]
+"""The baselines that run beside RaCO-DP, one folder per algorithm family: DP-FERMI (:mod:`baselines.dp_fermi`), PF-LD
+(:mod:`baselines.pf_ld`), DP post-processing (:mod:`baselines.dp_postprocess`) and privacy budget tailoring
+(:mod:`baselines.budget_tailoring`). Non-private SGDA, DP-SGD and SGD share RaCO-DP's step and live with it
+(:mod:`raco_bench.methods.lagrangian`). Every plugin is registered in :mod:`raco_bench.methods`."""

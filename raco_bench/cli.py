@@ -409,11 +409,11 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
     _audit_common(a)
 
     from raco_bench.audit.one_run import OneRunAudit
-    from raco_bench.audit.whitebox import AUDITABLE, WhiteBoxAudit
+    from raco_bench.audit.whitebox import WhiteBoxAudit
     from raco_bench.methods import METHOD_NAMES
 
     w = audit.add_parser("whitebox", help="many one-step (or few-step) runs with and without a canary, observing every release (docs/audit.md)")
-    d = _audit_run_args(w, WhiteBoxAudit(), list(AUDITABLE), "claimed epsilon of each audited run; its noise is calibrated to it")
+    d = _audit_run_args(w, WhiteBoxAudit(), list(METHOD_NAMES), "claimed epsilon of each audited run; its noise is calibrated to it")
     w.add_argument("--steps", type=int, default=d.steps, help="steps T of each audited run (default: %(default)s)")
     w.add_argument("--runs", type=int, default=d.runs, help="runs per world (default: %(default)s)")
     w.add_argument("--rows", type=int, default=d.rows, help="training rows of D, 0 = all; q is kept (default: %(default)s)")

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 from torch.func import grad, vmap
 
+from raco_bench.objective import lagrangian_residual, lagrangian_value
 from raco_bench.privacy.counter_rng import INIT, Stream
 
 Params = dict[str, torch.Tensor]
@@ -91,8 +92,6 @@ class LogisticRegression:
     def lagrangian_grad_sum(self, params: Params, batch: Batch, probs: torch.Tensor, coef: torch.Tensor | None, tau: float,
                             clip: float | None) -> Params:
         """Σ_i clip(∇_θ u_i, C) for u_i = CE(τz_i, y_i) + ⟨c_i, σ_τ(z_i)⟩ (eq. 10), rank-1 and exact; ``coef=None``: CE only."""
-        from raco_bench.training.objective import lagrangian_residual
-
         residual = lagrangian_residual(probs, batch.y_onehot, coef, tau)
         return self.clipped_grad_sum(params, batch.X, residual, clip, batch.sq_norms)
 
@@ -132,8 +131,6 @@ class MLP:
     def lagrangian_grad_sum(self, params: Params, batch: Batch, probs: torch.Tensor, coef: torch.Tensor | None, tau: float,
                             clip: float | None) -> Params:
         """Σ_i clip(∇_θ u_i, C) for eq. 10's u_i, by per-sample autodiff; ``coef=None``: CE only."""
-        from raco_bench.training.objective import lagrangian_value
-
         c = coef if coef is not None else probs.new_zeros(probs.shape)
         objective = lambda z, yi, ci: lagrangian_value(z, yi, ci, tau)  # noqa: E731
         return self.clipped_grad_sum_of(params, batch.X, objective, batch.y, c, clip)

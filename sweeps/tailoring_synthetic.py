@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from baselines.budget_tailoring import epsilon_for
-from baselines.tailoring_synthetic import SIZES, SyntheticSetting, run_experiment
+from baselines.budget_tailoring.plugin import epsilon_for
+from baselines.budget_tailoring.synthetic import SIZES, SyntheticSetting, run_experiment
 from raco_bench import tracking
 from raco_bench.report.tables import markdown_table
 

@@ -4,7 +4,7 @@ Each entry names the module the bug is planted in, the edits (every ``old`` must
 module's source, so a refactor that moves the code makes the test fail loudly instead of testing nothing)
 and what the bug does to the true ε. tests/test_step_accountant.py plants each one and requires a check
 to go red (docs/privacy.md, "How the step is tested"). The step-level mutants (a copy of
-``training/step.py``) and the baselines' mutants live beside their checks in tests/test_step_privacy.py and
+``raco_bench/methods/lagrangian/step.py``) and the baselines' mutants live beside their checks in tests/test_step_privacy.py and
 tests/test_baseline_privacy.py; this file lists the ones that sit where a plan becomes step settings, which
 those checks cannot see because they build their own settings.
 """
@@ -23,21 +23,21 @@ class PlantedBug:
 
 SETTINGS_BUGS: dict[str, PlantedBug] = {
     "S1: RaCO-DP Gaussian noise at 0.96 sigma C in the step settings": PlantedBug(
-        "raco_bench.methods.raco_dp",
+        "raco_bench.methods.lagrangian.plugin",
         (("noise_std=h.noise_multiplier * h.clip_norm if self.private else 0.0",
           "noise_std=0.96 * h.noise_multiplier * h.clip_norm if self.private else 0.0"),),
         "the printed epsilon 0.998 of a default Adult run is really 1.0125"),
     "S2: RaCO-DP Laplace scale at 0.97 s_L in the step settings": PlantedBug(
-        "raco_bench.methods.raco_dp",
+        "raco_bench.methods.lagrangian.plugin",
         (("laplace_scale=h.laplace_scale if (self.private and self.constrained) else None",
           "laplace_scale=0.97 * h.laplace_scale if (self.private and self.constrained) else None"),),
         "the printed epsilon 0.998 of a default Adult run is really 1.0242"),
     "DP-FERMI group counts released at 0.96 of the accounted noise": PlantedBug(
-        "baselines.dp_fermi",
+        "baselines.dp_fermi.plugin",
         (("counts = counts + h.count_noise * stream.normal(", "counts = counts + 0.96 * h.count_noise * stream.normal("),),
         "the count release spends more than the accountant composed"),
     "RaCO-DP batches drawn at 1.05 q": PlantedBug(
-        "raco_bench.methods.raco_dp",
+        "raco_bench.methods.lagrangian.plugin",
         (("                sampling_rate=q,\n", "                sampling_rate=min(1.0, 1.05 * q),\n"),),
         "larger batches than the accountant's sampling rate"),
 }

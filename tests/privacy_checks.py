@@ -18,8 +18,8 @@ import torch
 
 from raco_bench.constraints import demographic_parity
 from raco_bench.models import LogisticRegression
+from raco_bench.objective import lagrangian_value, tempered_softmax
 from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.objective import lagrangian_value, tempered_softmax
 
 # Tolerances: the Gaussian check estimates a standard deviation from 134,200 draws (standard error
 # 1/sqrt(2N) = 0.19 %), the Laplace check a mean absolute value from 200,000 cells (|Lap| is
@@ -30,7 +30,7 @@ REL_TOL = 0.01
 
 def toy_problem(n: int = 900, d: int = 60, groups: int = 3, seed: int = 0):
     """A small data set with one small group (so n̂ matters) and feature norms around the clip."""
-    from raco_bench.training.step import TrainData
+    from raco_bench.training.tensors import TrainData
 
     gen = torch.Generator().manual_seed(seed)
     X = torch.randn(n, d, generator=gen, dtype=torch.float64) * 0.4

@@ -13,6 +13,8 @@ import pytest
 from mutants import first_catch, load_mutant
 
 from raco_bench.methods import get_method
+from raco_bench.methods.base import Budget
+from raco_bench.privacy import events
 from raco_bench.privacy.accounting import StepMechanism
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
 from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_mean, two_order_epsilon
@@ -53,6 +55,12 @@ def _plan(module, spec=SPEC):
     return module.accounted_trials(spec, N_TRAIN, lambda m, e, g, c, p, s: make_trial(spec, 1, m, e, g, c, p, s))
 
 
+def run_curve(plugin, trial: dict, spec) -> np.ndarray:
+    """A planned run's own RDP curve, from its method's events at the T and calibrated parameters the plan gave it."""
+    hyper = plugin.hyperparameters({**trial["params"], **trial.get("calibrated", {})})
+    return events.rdp(plugin.privacy_event(hyper, N_TRAIN, Budget(trial["epsilon"], spec.delta, spec.max_steps, trial.get("steps"), spec.selection)))
+
+
 def check_every_release_within_its_claim(module, spec=SPEC) -> None:
     """From each trained run's own RDP curve (T steps and its selection's releases), the end-to-end ε of each search's
     release, through Theorem 2 at the plan's two orders, must not exceed the ε the plan states, nor the target."""
@@ -62,13 +70,12 @@ def check_every_release_within_its_claim(module, spec=SPEC) -> None:
         runs = [t for t in trials if t["method"] == method and t["epsilon"] == eps and not t.get("skip")]
         assert runs and all(t["epsilon_end_to_end"] == ref.epsilon_end_to_end for t in runs)
         i, j = ref.orders
-        plugin = get_method(method)
-        worst = np.max([RdpCurve.of_run(plugin.step_mechanism(plugin.hyperparameters(t["params"]), N_TRAIN), t["steps"], spec.selection).values
-                        for t in runs], axis=0)
+        worst = np.max([run_curve(get_method(method), t, spec) for t in runs], axis=0)
         e2e = two_order_epsilon(ORDERS, i, j, float(worst[i]), float(worst[j]), spec.tuning_mean, spec.tuning_shape, spec.delta)
         assert e2e <= ref.epsilon_end_to_end + 1e-9, f"{method} at {eps}: the runs spend {e2e:.4f} > the stated {ref.epsilon_end_to_end:.4f}"
         assert ref.epsilon_end_to_end <= eps, f"{method}: the stated end-to-end {ref.epsilon_end_to_end:.4f} exceeds the target {eps}"
-        assert max(t["steps"] for t in runs) > ref.steps  # the runs are not all held to the reference's T
+        if ref.knob == "steps":
+            assert max(t["steps"] for t in runs) > ref.value  # the runs are not all held to the reference's T
 
 
 def test_every_release_spends_at_most_its_stated_end_to_end_epsilon():
@@ -79,17 +86,33 @@ def test_every_release_spends_at_most_its_stated_end_to_end_epsilon():
 
 
 PLAN_BUGS = {
-    "selection releases left out of a run's curve": [
-        ("    sel = selection.count * laplace_rdp(selection.laplace_scale, orders) if selection is not None else np.zeros(len(orders))",
-         "    sel = np.zeros(len(orders))")],
-    "only the order lambda checked": [("    room = np.array([ref.curve.values[k] for k in ref.orders]) - sel",
-                                       "    room = np.array([ref.curve.values[ref.orders[0]]] * 2) - sel")],
-    "reference calibrated for fewer runs than drawn": [("    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape",
-                                                        "    T = tuned_max_steps(mech, epsilon, spec.delta, 1.5, spec.tuning_shape")],
-    "reference without tuning": [("    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape, spec.selection, cap=spec.max_steps)",
-                                  "    from raco_bench.privacy.accounting import max_steps as _ms\n"
-                                  "    T = _ms(mech, epsilon, spec.delta, spec.max_steps, spec.selection)")],
+    "selection releases left out of a run's curve": [("    return Budget(epsilon, spec.delta, spec.max_steps, None, spec.selection)",
+                                                      "    return Budget(epsilon, spec.delta, spec.max_steps, None, None)")],
+    "only the order lambda checked": [("        return curve.values[i] <= ref.curve.values[i] and curve.values[j] <= ref.curve.values[j]",
+                                       "        return curve.values[i] <= ref.curve.values[i]")],
+    "reference calibrated for fewer runs than drawn": [("repeat_and_select(c, spec.tuning_mean, spec.tuning_shape)",
+                                                        "repeat_and_select(c, 1.5, spec.tuning_shape)")],
+    "reference without tuning": [("family.most_within(lambda c: repeat_and_select(c, spec.tuning_mean, spec.tuning_shape).epsilon(spec.delta) <= epsilon)",
+                                  "family.most_within(lambda c: c.epsilon(spec.delta) <= epsilon)")],
 }
+OTHERS = SweepSpec(dataset="adult", epsilons=(3.0,), gammas=(0.05,), methods=("dp-fermi", "dp-postprocess", "budget-tailoring"), tuning="accounted",
+                   checkpoint="private", tuning_repeats=1, tuning_mean=3.0, max_steps=1000)
+
+
+def test_every_private_record_level_method_is_tuned_within_its_claim():
+    """DP-FERMI (its knob: σ), DP post-processing (T) and budget tailoring (ρ): the same guarantee through their events."""
+    check_every_release_within_its_claim(accounted, OTHERS)
+    trials, refs = _plan(accounted, OTHERS)
+    assert {ref.knob for ref in refs.values()} == {"noise_multiplier", "steps", "rho"}
+    fermi = [t for t in trials if t["method"] == "dp-fermi" and not t.get("skip")]
+    assert fermi and all(t["calibrated"]["noise_multiplier"] > 0 for t in fermi)
+
+
+@pytest.mark.parametrize("bug", ["selection releases left out of a run's curve", "only the order lambda checked"])
+def test_a_planted_bug_in_the_plan_is_caught_for_other_methods(bug):
+    source = (ROOT / "raco_bench/sweeps/accounted.py").read_text()
+    module = load_mutant(source, PLAN_BUGS[bug], bug, "accounted_mutant_", "raco_bench/sweeps/accounted.py")
+    assert first_catch(module, [lambda m: check_every_release_within_its_claim(m, OTHERS)]), f"planted bug not caught: {bug}"
 
 
 @pytest.mark.parametrize("bug", list(PLAN_BUGS))
@@ -126,7 +149,7 @@ def test_bad_accounted_sweeps_are_refused_with_the_fix():
         SweepSpec(dataset="adult", tuning="accounted", checkpoint="last")
     with pytest.raises(ValueError, match="E\\[K\\]"):
         SweepSpec(dataset="adult", tuning="accounted", checkpoint="private", tuning_mean=1.0)
-    spec = SweepSpec(dataset="adult", methods=("dp-fermi",), tuning="accounted", checkpoint="private")
+    spec = SweepSpec(dataset="adult", methods=("pf-ld",), tuning="accounted", checkpoint="private")
     with pytest.raises(ValueError, match="--tuning not-accounted"):
         _plan(accounted, spec)
 
@@ -172,7 +195,7 @@ def test_an_accounted_sweep_releases_models_and_its_report_says_so(tmp_path):
     ref = accounted.reference(spec, "raco-dp", 1.0, N_TRAIN)
     plugin = get_method("raco-dp")
     trained = private[private["phase"] == 1]
-    values = np.max([RdpCurve.of_run(plugin.step_mechanism(plugin.hyperparameters(json.loads(p)), N_TRAIN), int(t), spec.selection).values
+    values = np.max([run_curve(plugin, {"params": json.loads(p), "steps": int(t), "epsilon": 1.0}, spec)
                      for p, t in zip(trained["params"], trained["steps"])], axis=0)
     i, j = ref.orders
     e2e = two_order_epsilon(ORDERS, i, j, float(values[i]), float(values[j]), spec.tuning_mean, spec.tuning_shape, spec.delta)

@@ -320,7 +320,7 @@ MODULES = {"pf_ld": PFLD_CHECKS, "dp_postprocess": POSTPROCESS_CHECKS, "budget_t
 @pytest.mark.parametrize("check", [(m, c) for m, cs in MODULES.items() for c in cs], ids=lambda mc: f"{mc[0]}-{mc[1].__name__}")
 def test_real_method_passes(check):
     module, fn = check
-    fn(importlib.import_module(f"baselines.{module}"))
+    fn(importlib.import_module(f"baselines.{module}.plugin"))
 
 
 # (module, name, [(old, new), ...]): each `old` must occur exactly once in the module
@@ -350,8 +350,8 @@ MUTATIONS = {
 
 def mutant(name: str):
     module, edits = MUTATIONS[name]
-    real = importlib.import_module(f"baselines.{module}")
-    return load_mutant(Path(real.__file__).read_text(), edits, name, "baselines_mutant_", f"{module}.py")
+    real = importlib.import_module(f"baselines.{module}.plugin")
+    return load_mutant(Path(real.__file__).read_text(), edits, name, "baselines_mutant_", f"{module}/plugin.py")
 
 
 @pytest.mark.parametrize("name", list(MUTATIONS))

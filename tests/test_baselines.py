@@ -9,8 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from baselines.dp_fermi import theorem_3_3_noise
-from baselines.ermi import (
+from baselines.dp_fermi.ermi import (
     ermi,
     linear_coefficients,
     optimal_w,
@@ -19,6 +18,7 @@ from baselines.ermi import (
     psi_mean,
     w_gradient_sum,
 )
+from baselines.dp_fermi.plugin import theorem_3_3_noise
 from raco_bench.privacy.accounting import gaussian_epsilon
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.config import RunConfig
@@ -148,7 +148,7 @@ def test_dp_fermi_noise_scales(adult, mode):
         F = torch.softmax(e.model.logits(state.params, e.data.X), 1)
         ip = state.inv_sqrt_p[e.ctx_ids, e.s]
         coef = h.fairness * linear_coefficients(state.W, e.ctx_ids, e.s, ip)
-        from raco_bench.training.objective import lagrangian_residual
+        from raco_bench.objective import lagrangian_residual
 
         g = e.model.clipped_grad_sum(state.params, e.data.X, lagrangian_residual(F, _labels(e), coef, 1.0), h.clip_theta, _sq_norms(e))
         for k in state.params:
@@ -171,7 +171,7 @@ def test_dp_fermi_sensitivities_and_epsilon_recomputed(adult, mode):
 
     import dp_accounting
 
-    from baselines.dp_fermi import cell_counts
+    from baselines.dp_fermi.plugin import cell_counts
     from raco_bench.models import Batch
 
     n = 400

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from raco_bench.packs.lagrangian import chunks, pack_step, slot_bytes
+from raco_bench.methods.lagrangian.engine import LagrangianEngine, pack_step, slot_bytes
 from raco_bench.packs.rows import GatheredRows, IndexedRows
-from raco_bench.packs.run import LagrangianEngine, PackCheckpoint, pack_blocker, train_pack, train_runs
+from raco_bench.packs.run import PackCheckpoint, pack_blocker, train_pack, train_runs
+from raco_bench.packs.tensors import chunks
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
@@ -88,7 +89,7 @@ def test_a_mixed_raco_dp_pack_equals_its_runs_alone(adult, products):
 
 def test_equalized_odds_packs_equivalently(adult, products):
     """Equalized odds has four parts (label × group): the histogram is a scatter by part index, where
-    demographic parity's two parts use a product with the part one-hot (packs/lagrangian.py)."""
+    demographic parity's two parts use a product with the part one-hot (raco_bench/methods/lagrangian/engine.py)."""
     specs = [(m, p, g, T, seed) for m, p, g, T, seed in MIXED[:3]]
     runs = _runs(adult, specs, constraint="equalized-odds")
     assert not LagrangianEngine(runs).data.few_parts

@@ -24,11 +24,11 @@ from torch.func import grad, vmap
 from raco_bench.constraints import build_constraint
 from raco_bench.data import load_dataset
 from raco_bench.methods.base import Context
+from raco_bench.objective import lagrangian_value, tempered_softmax
 from raco_bench.privacy.accounting import StepMechanism, epsilon, plan_epsilon
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.config import RunConfig, stream_id
-from raco_bench.training.objective import lagrangian_value, tempered_softmax
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants import first_catch, load_mutant  # noqa: E402
@@ -147,18 +147,18 @@ def check_fermi_counts(module) -> None:
 
 
 def test_raco_dp_step_matches_its_accountant():
-    check_lagrangian(importlib.import_module("raco_bench.methods.raco_dp"))
+    check_lagrangian(importlib.import_module("raco_bench.methods.lagrangian.plugin"))
 
 
 def test_dp_sgd_step_matches_its_accountant():
-    check_lagrangian(importlib.import_module("baselines.sgda"), "DPSGD", constrained=False)
+    check_lagrangian(importlib.import_module("raco_bench.methods.lagrangian.plugin"), "DPSGD", constrained=False)
 
 
 def test_dp_fermi_count_release_matches_its_accountant():
-    check_fermi_counts(importlib.import_module("baselines.dp_fermi"))
+    check_fermi_counts(importlib.import_module("baselines.dp_fermi.plugin"))
 
 
-CHECKS = {"raco_bench.methods.raco_dp": check_lagrangian, "baselines.dp_fermi": check_fermi_counts}
+CHECKS = {"raco_bench.methods.lagrangian.plugin": check_lagrangian, "baselines.dp_fermi.plugin": check_fermi_counts}
 
 
 @pytest.mark.parametrize("name", list(SETTINGS_BUGS))

@@ -1,5 +1,5 @@
 """The step's privacy checks on the real step, and a mutation check: each planted privacy bug in a copy of
-raco_bench/training/step.py must turn at least one check red (docs/privacy.md, "How the step is tested")."""
+raco_bench/methods/lagrangian/step.py must turn at least one check red (docs/privacy.md, "How the step is tested")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import privacy_checks as checks  # noqa: E402
 from mutants import first_catch, load_mutant  # noqa: E402
 
-from raco_bench.training import step as real_step  # noqa: E402
+from raco_bench.methods.lagrangian import step as real_step  # noqa: E402
 
 STEP_SOURCE = Path(real_step.__file__).read_text()
 CHECKS = (checks.check_sensitivity, checks.check_gaussian_noise, checks.check_laplace_noise)

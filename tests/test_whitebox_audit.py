@@ -67,7 +67,7 @@ def test_at_the_claim_of_4_the_correct_engine_stays_well_below():
 @pytest.mark.parametrize("bug", list(LAGRANGIAN_BUGS))
 def test_a_broken_raco_dp_engine_is_caught(bug):
     edits, extra, runs = LAGRANGIAN_BUGS[bug]
-    module = _mutant("raco_bench/packs/lagrangian.py", edits, bug)
+    module = _mutant("raco_bench/methods/lagrangian/engine.py", edits, bug)
     try:
         r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=runs, **FAST, **extra), engine=module)
     finally:
@@ -87,7 +87,7 @@ LAST_ROW_ALWAYS = [("        rows, valid = rng.poisson_rows(rng.stream_keys(s.se
 def test_a_sampler_that_always_takes_the_last_row_is_caught_at_the_configuration_q():
     """A subsampling bug: the last row (the canary, in D′) is in every batch, while the accountant assumes q. The audit runs
     at the configuration's own q (subsampled), so the mixture statistic and the replay of the other rows are exercised."""
-    module = _mutant("raco_bench/packs/lagrangian.py", LAST_ROW_ALWAYS, "last row always sampled")
+    module = _mutant("raco_bench/methods/lagrangian/engine.py", LAST_ROW_ALWAYS, "last row always sampled")
     try:
         r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=20_000, rows=1024), engine=module)
     finally:
@@ -105,7 +105,7 @@ def test_audits_refuse_claims_that_are_not_record_level():
 
 
 def test_dp_fermi_without_noise_on_w_is_caught():
-    module = _mutant("raco_bench/packs/fermi.py", [("        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)", "        pass")],
+    module = _mutant("baselines/dp_fermi/engine.py", [("        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)", "        pass")],
                      "W noiseless")
     try:
         r = run_whitebox(WhiteBoxAudit(method="dp-fermi", runs=5_000, **FAST), engine=module)

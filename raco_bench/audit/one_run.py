@@ -30,6 +30,7 @@ import numpy as np
 from scipy import special, stats
 
 from raco_bench.audit.bounds import check_confidence, require_record_level
+from raco_bench.methods import DEFAULT_METHOD
 
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # k / m for the "in" and for the "out" guesses
 
@@ -94,7 +95,7 @@ def best_guesses(scores: np.ndarray, included: np.ndarray, delta: float, confide
 
 @dataclass(frozen=True)
 class OneRunAudit:
-    method: str = "raco-dp"
+    method: str = DEFAULT_METHOD
     dataset: str = "adult"
     epsilon: float = 1.0
     delta: float = 1e-5

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raco_bench.audit.bounds import AuditBound, audit_epsilon
+from raco_bench.methods import DEFAULT_METHOD
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class PreprocessingAttack:
     column: str = "capital-gain"
     value: float = 1e9
     preprocessing: str = "public"
-    method: str = "raco-dp"
+    method: str = DEFAULT_METHOD
     epsilon: float = 1.0
     delta: float = 1e-5
     runs: int = 300  # per world

@@ -26,12 +26,13 @@ from typing import Callable
 import numpy as np
 
 from raco_bench.audit.bounds import AuditBound, audit_epsilon, check_confidence, require_record_level
+from raco_bench.methods import DEFAULT_METHOD
 
 
 @dataclass(frozen=True)
 class ReplayAttack:
     dataset: str = "adult"
-    method: str = "raco-dp"
+    method: str = DEFAULT_METHOD
     epsilon: float = 1.0
     delta: float = 1e-5
     randomness: str = "secret"  # the victims' randomness: what the attack is run against

@@ -3,8 +3,8 @@ step releases, through the suite's own batched engines (docs/audit.md).
 
 World D is a configuration's training rows; world D′ adds one canary record. Each run draws its own
 seed; in both worlds a run releases, step by step, the noisy sum of clipped gradients (and, for
-RaCO-DP, the Laplace histogram), exactly as :func:`raco_bench.packs.lagrangian.step_release` or
-:func:`raco_bench.packs.fermi.fermi_release` compute them when the configuration trains. The auditor
+RaCO-DP, the Laplace histogram), exactly as :func:`raco_bench.methods.lagrangian.engine.step_release` or
+:func:`baselines.dp_fermi.engine.fermi_release` compute them when the configuration trains. The auditor
 is the strongest one that DP must withstand: it knows every record but the canary, every
 intermediate model and which other records each batch holds (Poisson sampling hides only the
 canary's own inclusion). So it subtracts the other records' exact contribution (the same step
@@ -31,7 +31,6 @@ bound on runs simulated from the accountant's own worst case (:func:`ideal_epsil
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -41,17 +40,21 @@ import numpy as np
 import torch
 
 from raco_bench.audit.bounds import AuditBound, audit_best, check_confidence, require_record_level
-from raco_bench.training.step import TrainData
+from raco_bench.audit.view import CANARY_SCALE, AuditView
+from raco_bench.methods import DEFAULT_METHOD
+from raco_bench.packs.tensors import take_rows
 
-LAGRANGIAN = ("raco-dp", "dp-sgd")
-AUDITABLE = LAGRANGIAN + ("dp-fermi",)
-CONFIDENT_BIAS = 12.0  # the starting bias of the predicted class: soft predictions within e^-12 of one-hot
-CANARY_SCALE = 10.0  # the canary's features, times the row's: its gradient is clipped
+
+def auditable() -> tuple[str, ...]:
+    """The methods whose plugin gives an audit view (``Method.audit_view``)."""
+    from raco_bench.methods import registry
+
+    return tuple(name for name, cls in registry().items() if cls.auditable())
 
 
 @dataclass(frozen=True)
 class WhiteBoxAudit:
-    method: str = "raco-dp"
+    method: str = DEFAULT_METHOD
     dataset: str = "adult"
     epsilon: float = 1.0  # the claimed ε of the audited run (its noise is calibrated to it)
     delta: float = 1e-5
@@ -65,8 +68,8 @@ class WhiteBoxAudit:
     device: str = "cpu"
 
     def validate(self) -> None:
-        if self.method not in AUDITABLE:
-            raise ValueError(f"the white-box audit covers {', '.join(AUDITABLE)}; got method={self.method!r} "
+        if self.method not in auditable():
+            raise ValueError(f"the white-box audit covers {', '.join(auditable())}; got method={self.method!r} "
                              "(other methods: the one-run audit, `raco-bench audit one-run`)")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError(f"invalid epsilon={self.epsilon!r}: the claimed budget must be a finite number > 0")
@@ -91,6 +94,7 @@ class AuditResult:
     point_epsilon: float  # ln(TPR / FPR) on the counted half (no confidence margin; inf when FPR = 0)
     settings: dict  # what the audited runs used: q, expected batch, clipping, noise
     seconds: float
+    unobserved: str = ""  # what the claim covers that the audit view does not observe
 
     def summary(self) -> str:
         b = self.bound
@@ -111,7 +115,7 @@ class AuditResult:
         """What the audit observed, and what of the claim it did not."""
         a = self.audit
         hist = " and Laplace histogram" if "noise_std_histogram" in self.settings else ""
-        unobserved = "; the claim also covers the group-count release, not observed" if a.method == "dp-fermi" else ""
+        unobserved = f"; the claim also covers {self.unobserved}, not observed" if self.unobserved else ""
         return (f"{a.steps}-step runs from an auditor-chosen start; canary = a training row with its label flipped and features "
                 f"x{CANARY_SCALE:g}; observed: every step's noisy gradient sum{hist}{unobserved}")
 
@@ -127,11 +131,11 @@ class AuditResult:
 
 
 def calibrated_run(audit: WhiteBoxAudit):
-    """The prepared run whose ``audit.steps`` steps spend exactly the claimed ε (to the calibration's tolerance):
-    RaCO-DP and DP-SGD scale their σ (and s_L, keeping the configuration's ratio); DP-FERMI calibrates its own σ."""
+    """The prepared run whose ``audit.steps`` steps spend exactly the claimed ε (to the calibration's tolerance): the
+    method's :meth:`~raco_bench.methods.base.Method.audit_noise` overrides (e.g. σ and s_L scaled together), or its own
+    calibration of σ to the run's budget."""
     from raco_bench.data.catalog import load_table
     from raco_bench.methods import get_method
-    from raco_bench.privacy.accounting import StepMechanism, epsilon, smallest_noise_within
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
 
@@ -148,133 +152,11 @@ def calibrated_run(audit: WhiteBoxAudit):
     q = audit.sampling_rate if audit.sampling_rate is not None else min(1.0, hyper.batch_size / n_full)
     params["batch_size"] = max(1, round(q * n))
     q = params["batch_size"] / n
-    if audit.method in LAGRANGIAN:
-        sigma0 = hyper.noise_multiplier
-        lap0 = hyper.laplace_scale if method.constrained else None
-
-        def spent(f: float) -> float:
-            return epsilon(StepMechanism(q, f * sigma0, None if lap0 is None else f * lap0), audit.steps, audit.delta)
-
-        f = smallest_noise_within(spent, audit.epsilon, 1e6, "the audited run cannot meet the claim")
-        params["noise_multiplier"] = f * sigma0
-        if lap0 is not None:
-            params["laplace_scale"] = f * lap0
+    params.update(method.audit_noise(method.hyperparameters(params), q, audit.steps, audit.epsilon, audit.delta))
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, steps=audit.steps,
                     checkpoint="last", device=audit.device, params=params,
                     randomness="reproducible")  # an audit is repeatable from its --seed; the noise's distribution is the same
     return prepare_run(cfg, ds)
-
-
-def _canary_row(data: TrainData, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(x, y, table row) of the canary: training row ``row`` with its features × CANARY_SCALE and its label flipped."""
-    c = data.n_classes
-    x = data.X[row] * CANARY_SCALE
-    y = (data.y[row] + 1) % c
-    table = data.table[row].clone()
-    table[:c] = torch.nn.functional.one_hot(y, c).to(table.dtype)
-    table[c] = x.square().sum() + 1.0
-    return x, y, table
-
-
-def with_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
-    """``data`` with one more row, last (a Poisson batch of the other rows is then unchanged for a seed)."""
-    return TrainData(torch.cat([data.X, x[None]]), torch.cat([data.y, y[None]]), torch.cat([data.table, table[None]]),
-                     data.n_classes, data.n_parts)
-
-
-def only_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
-    return TrainData(x[None].clone(), y[None].clone(), table[None].clone(), data.n_classes, data.n_parts)
-
-
-def _repeat(settings, seeds: torch.Tensor, **changes):
-    """A K = 1 settings dataclass for every seed in ``seeds`` (tensor fields repeated), with ``changes``."""
-    from raco_bench.packs.lagrangian import take_rows
-
-    many = take_rows(settings, torch.zeros(len(seeds), dtype=torch.long, device=seeds.device))
-    return dataclasses.replace(many, seeds=seeds, **changes)
-
-
-# ---------------------------------------------------------------- the two engine families
-
-
-@dataclass
-class _Family:
-    """What the audit asks of an engine: a release as named blocks (K × m each), the update after it, and
-    each block's noise: ("gauss", std per configuration) or ("laplace", scale per configuration)."""
-
-    release: Callable  # (state, world, settings) -> (blocks: dict[str, Tensor], the engine's raw release)
-    apply: Callable  # (state, settings, raw release) -> state
-    noise: dict  # block -> (kind, K-vector)
-    state: object  # the starting state for one configuration
-    settings: object  # the K = 1 settings
-    worlds: dict  # "D", "D'", "canary" -> engine data
-
-
-def _lagrangian_family(run, canary, module=None) -> _Family:
-    from raco_bench.packs import lagrangian
-    from raco_bench.packs.run import LagrangianEngine
-
-    module = module or lagrangian
-    PackData, apply_release, step_release = module.PackData, module.apply_release, module.step_release
-    engine = LagrangianEngine([run])
-    s = engine.settings
-    data = run.ctx.plan.data
-    worlds = {"D": PackData.of(data), "D'": PackData.of(with_row(data, *canary)), "canary": PackData.of(only_row(data, *canary))}
-    rates = engine.rates
-
-    def release(state, world, settings):
-        r = step_release(state, worlds[world], settings, rates)
-        blocks = {"gradient": torch.cat([r.grad_w.flatten(1), r.grad_b], 1)}
-        if r.histogram is not None:
-            blocks["histogram"] = r.histogram.flatten(1).to(torch.float32)
-        return blocks, r
-
-    noise = {"gradient": ("gauss", s.noise_std)}
-    if s.private and s.constrained:
-        noise["histogram"] = ("laplace", s.laplace_scale)
-    state = engine.state
-    state = dataclasses.replace(state, bias=_confident(state.bias, canary[1]))
-    return _Family(release, apply_release, noise, state, s, worlds)
-
-
-def _fermi_family(run, canary, module=None) -> _Family:
-    from raco_bench.packs import fermi
-    from raco_bench.packs.run import FermiEngine
-
-    module = module or fermi
-    apply_fermi_release, fermi_release = module.apply_fermi_release, module.fermi_release
-    engine = FermiEngine([run])
-    s = engine.settings
-    data, ctx_ids, groups = engine.data, engine.ctx_ids, engine.groups
-    row = int(canary[3])
-    x, y, table = canary[:3]
-    ids = {"D": (ctx_ids, groups), "D'": (torch.cat([ctx_ids, ctx_ids[row : row + 1]]), torch.cat([groups, groups[row : row + 1]])),
-           "canary": (ctx_ids[row : row + 1].clone(), groups[row : row + 1].clone())}
-    worlds = {"D": data, "D'": with_row(data, x, y, table), "canary": only_row(data, x, y, table)}
-
-    def release(state, world, settings):
-        r = fermi_release(state, worlds[world], *ids[world], settings)
-        return {"gradient": torch.cat([r.grad_w.flatten(1), r.grad_b], 1), "W": r.grad_W.flatten(1)}, r
-
-    noise = {"gradient": ("gauss", s.noise_theta), "W": ("gauss", s.noise_w)}
-    state = dataclasses.replace(engine.state, bias=_confident(engine.state.bias, y))
-    return _Family(release, apply_fermi_release, noise, state, s, worlds)
-
-
-def _confident(bias: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-    """A starting bias under which every row (the canary included) is predicted, confidently, as not ``label``."""
-    out = torch.zeros_like(bias)
-    out[..., (int(label) + 1) % bias.shape[-1]] = CONFIDENT_BIAS
-    return out
-
-
-def family(run, canary_row: int = 0, engine=None) -> _Family:
-    """The audit's view of ``run``'s batched engine; ``engine`` replaces the engine module (the tests audit planted bugs)."""
-    data = run.ctx.plan.data
-    canary = _canary_row(data, canary_row)
-    if run.ctx.run.method in LAGRANGIAN:
-        return _lagrangian_family(run, canary, engine)
-    return _fermi_family(run, (*canary, canary_row), engine)
 
 
 # ---------------------------------------------------------------- the statistic
@@ -302,16 +184,14 @@ def mixture(log_ratio: torch.Tensor, q: float) -> torch.Tensor:
     return torch.logaddexp(torch.full_like(log_ratio, math.log1p(-q)), math.log(q) + log_ratio)
 
 
-def statistics(fam: _Family, seeds: torch.Tensor, world: str, steps: int) -> dict[str, np.ndarray]:
+def statistics(fam: AuditView, seeds: torch.Tensor, world: str, steps: int) -> dict[str, np.ndarray]:
     """The candidate statistics of runs with ``seeds`` in ``world`` ("D" or "D'")."""
     q = float(fam.settings.sampling_rate[0])
     K = len(seeds)
-    s = _repeat(fam.settings, seeds)
-    replay = _repeat(fam.settings, seeds, private=False)
-    alone = _repeat(fam.settings, seeds, private=False, sampling_rate=torch.ones_like(s.sampling_rate))
+    s = fam.repeated(seeds)
+    replay = fam.repeated(seeds, private=False)
+    alone = fam.repeated(seeds, private=False, sampling_rate=torch.ones_like(s.sampling_rate))
     noise = {k: (kind, scale.repeat(K) if scale.numel() == 1 else scale) for k, (kind, scale) in fam.noise.items()}
-    from raco_bench.packs.lagrangian import take_rows
-
     dev = seeds.device
     state = take_rows(fam.state, torch.zeros(K, dtype=torch.long, device=dev))
     total = {k: torch.zeros(K, dtype=torch.float64, device=dev) for k in ("joint", *fam.noise)}
@@ -329,7 +209,7 @@ def statistics(fam: _Family, seeds: torch.Tensor, world: str, steps: int) -> dic
 # ---------------------------------------------------------------- the audit
 
 
-def _chunk(fam: _Family, runs: int) -> int:
+def _chunk(fam: AuditView, runs: int) -> int:
     """Runs per engine call: about 128 MiB of gathered batch rows on a CPU, 4 GiB on a GPU."""
     X = fam.worlds["D"].X
     B = float(fam.settings.sampling_rate[0]) * X.shape[0]
@@ -338,14 +218,15 @@ def _chunk(fam: _Family, runs: int) -> int:
 
 
 def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | None = None, engine=None) -> AuditResult:
-    """Audit ``audit``'s configuration; ``progress(world, runs done)`` after each engine call; ``engine``: see :func:`family`."""
+    """Audit ``audit``'s configuration; ``progress(world, runs done)`` after each engine call; ``engine`` replaces the
+    engine module the method's audit view calls (the tests audit planted bugs)."""
     audit.validate()
     t0 = time.perf_counter()
     torch.manual_seed(audit.seed)
     run = calibrated_run(audit)
     require_record_level(run.ctx.privacy, audit.method)
     claimed = float(run.ctx.privacy["epsilon_spent"])
-    fam = family(run, engine=engine)
+    fam = run.method.audit_view(run, 0, engine)
     chunk = _chunk(fam, audit.runs)
     stats: dict[str, dict[str, list]] = {"D": {}, "D'": {}}
     for w, world in enumerate(("D", "D'")):
@@ -359,16 +240,15 @@ def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | No
     candidates = {k: (np.concatenate(stats["D"][k]), np.concatenate(stats["D'"][k])) for k in stats["D"]}
     name, bound = audit_best(candidates, audit.delta, audit.confidence)
     s = fam.settings
-    batch = s.expected_batch if hasattr(s, "expected_batch") else s.batch
     details = run.ctx.privacy
-    settings = {"sampling_rate": float(s.sampling_rate[0]), "expected_batch": float(batch[0]), "training_rows": int(fam.worlds["D"].X.shape[0]),
+    settings = {"sampling_rate": float(s.sampling_rate[0]), "expected_batch": fam.expected_batch, "training_rows": int(fam.worlds["D"].X.shape[0]),
                 **{f"noise_std_{k}": float(v[1][0]) for k, v in fam.noise.items()},
                 **{k: float(details[k]) for k in ("noise_multiplier", "laplace_scale") if k in details}}
     ideal = ideal_epsilon(fam, audit)
-    return AuditResult(audit, bound, claimed, ideal, name, bound.point_epsilon, settings, time.perf_counter() - t0)
+    return AuditResult(audit, bound, claimed, ideal, name, bound.point_epsilon, settings, time.perf_counter() - t0, fam.unobserved)
 
 
-def ideal_epsilon(fam: _Family, audit: WhiteBoxAudit) -> AuditBound:
+def ideal_epsilon(fam: AuditView, audit: WhiteBoxAudit) -> AuditBound:
     """The audit's bound on runs drawn from the accountant's worst case (the same runs, statistic and bound):
     every Gaussian release sees the canary at exactly its clipping norm, the histogram its whole unit mass in
     one cell, each step's inclusion Bernoulli(q). What this many runs can show for a mechanism that spends
@@ -377,15 +257,12 @@ def ideal_epsilon(fam: _Family, audit: WhiteBoxAudit) -> AuditBound:
     q = float(s.sampling_rate[0])
     gen = np.random.default_rng(audit.seed + 7)
     mu2 = 0.0
-    clips = {"gradient": float(getattr(s, "clip_norm", getattr(s, "clip_theta", None))[0])}
-    if "W" in fam.noise:
-        clips["W"] = float(s.clip_w[0])
     lap = None
     for name, (kind, scale) in fam.noise.items():
         if kind == "gauss":
-            mu2 += (clips[name] / float(scale[0])) ** 2
+            mu2 += (fam.bound[name] / float(scale[0])) ** 2
         else:
-            lap = float(scale[0])
+            lap = float(scale[0]) / fam.bound[name]
     # the worst case in normalised units: one Gaussian coordinate (noise 1, contribution μ) and one histogram cell
     n, mu = audit.runs, math.sqrt(mu2)
     ones = torch.ones(n, dtype=torch.float64)

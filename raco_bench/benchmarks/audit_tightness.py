@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import platform
 
-from raco_bench.audit.whitebox import AUDITABLE, WhiteBoxAudit, run_whitebox
+from raco_bench.audit.whitebox import WhiteBoxAudit, auditable, run_whitebox
+from raco_bench.methods import DEFAULT_METHOD
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="raco-bench bench audit", description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", nargs="+", default=["raco-dp"], choices=list(AUDITABLE), help="methods to audit (default: %(default)s)")
+    p.add_argument("--methods", nargs="+", default=[DEFAULT_METHOD], choices=list(auditable()), help="methods to audit (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=1.0, help="claimed ε (default: %(default)s)")
     p.add_argument("--runs", type=int, default=1_000_000, help="runs per world (default: %(default)s)")
     p.add_argument("--sampling-rate", type=float, default=1.0, help="q of the audited runs; 0 = the configuration's own (default: %(default)s)")

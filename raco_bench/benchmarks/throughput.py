@@ -35,7 +35,7 @@ import time
 import torch
 
 from raco_bench import tracking
-from raco_bench.methods import get_method
+from raco_bench.methods import DEFAULT_METHOD, get_method, timing_reference
 from raco_bench.methods.space import sample_configs
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.progress import Progress
@@ -81,7 +81,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     progress = Progress("bench throughput", len(sizes) + 3, every=0.0)
     for size in sizes:
         k = singles if size == 1 else size
-        runs = _runs(ds, "raco-dp", k, device, eval_every, cache)
+        runs = _runs(ds, DEFAULT_METHOD, k, device, eval_every, cache)
         _sync(device)
         t0 = time.perf_counter()
         results = train_runs(runs) if size > 1 else [r for run in runs for r in train_runs([run])]
@@ -97,7 +97,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     big = max(sizes)
     fixed = {"batch_size": 1024}
     step_cost = {}
-    for method in ("raco-dp", "dp-sgd"):
+    for method in (DEFAULT_METHOD, timing_reference()):
         def alone_ms() -> float:
             return train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
 
@@ -111,11 +111,11 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
 
     def reproducible_ms() -> float:
-        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, "raco-dp", big, device, 10**6, cache, fixed, steps=100,
+        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, DEFAULT_METHOD, big, device, 10**6, cache, fixed, steps=100,
                                                                                   randomness="reproducible")))
 
     reproducible_ms()
-    step_cost["raco-dp reproducible"] = (math.nan, statistics.median(reproducible_ms() for _ in range(REPEATS_PACKED)))
+    step_cost["reproducible"] = (math.nan, statistics.median(reproducible_ms() for _ in range(REPEATS_PACKED)))
     return {"rows": rows, "step_cost": step_cost, "largest": big}
 
 
@@ -131,12 +131,13 @@ def format_report(out: dict, hw: str) -> str:
     for r in out["rows"]:
         lines.append(f"| {r['pack_size']} | {r['configurations']} | {r['seconds']:.1f} | {r['configs_per_hour']:,.0f} | {r['mean_T']:.0f} | "
                      f"{r['step_ms_per_config']:.4f} |")
-    (ra, rp), (da, dp) = out["step_cost"]["raco-dp"], out["step_cost"]["dp-sgd"]
+    ours, base = DEFAULT_METHOD, timing_reference()
+    (ra, rp), (da, dp) = out["step_cost"][ours], out["step_cost"][base]
     lines += ["", f"step cost per configuration in a pack of {out['largest']} / a single configuration's step: "
-              f"RaCO-DP {rp / ra:.3f} ({rp:.4f} / {ra:.3f} ms), DP-SGD {dp / da:.3f} ({dp:.4f} / {da:.3f} ms)",
-              f"RaCO-DP / DP-SGD step cost per configuration inside the pack: {rp / dp:.3f} (alone: {ra / da:.3f})"]
-    _, rr = out["step_cost"]["raco-dp reproducible"]
-    lines.append(f"secret / reproducible randomness, RaCO-DP step cost per configuration inside the pack: {rp / rr:.3f} ({rp:.4f} / {rr:.4f} ms)")
+              f"{ours} {rp / ra:.3f} ({rp:.4f} / {ra:.3f} ms), {base} {dp / da:.3f} ({dp:.4f} / {da:.3f} ms)",
+              f"{ours} / {base} step cost per configuration inside the pack: {rp / dp:.3f} (alone: {ra / da:.3f})"]
+    _, rr = out["step_cost"]["reproducible"]
+    lines.append(f"secret / reproducible randomness, {ours} step cost per configuration inside the pack: {rp / rr:.3f} ({rp:.4f} / {rr:.4f} ms)")
     return "\n".join(lines)
 
 
@@ -145,9 +146,9 @@ def log(uri: str, out: dict, hw: str) -> str:
 
     c = tracking.client(uri)
     exp = tracking.get_or_create_experiment(uri, EXPERIMENT)
-    (ra, rp), (da, dp) = out["step_cost"]["raco-dp"], out["step_cost"]["dp-sgd"]
+    (ra, rp), (da, dp) = out["step_cost"][DEFAULT_METHOD], out["step_cost"][timing_reference()]
     parent = c.create_run(exp, tags={tracking.KIND: "throughput", "hardware": hw}, run_name=f"throughput {hw}")
-    _, rr = out["step_cost"]["raco-dp reproducible"]
+    _, rr = out["step_cost"]["reproducible"]
     c.log_batch(parent.info.run_id, metrics=[Metric("pack_step_ratio_raco_dp", rp / ra, 0, 0), Metric("pack_step_ratio_dp_sgd", dp / da, 0, 0),
                                              Metric("raco_dp_over_dp_sgd_in_pack", rp / dp, 0, 0),
                                              Metric("secret_over_reproducible_in_pack", rp / rr, 0, 0)],

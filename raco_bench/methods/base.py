@@ -128,6 +128,7 @@ class Method(ABC):
     doc: ClassVar[str] = ""  # its page in docs/methods/
     final_only: ClassVar[bool] = False  # True: only the last step yields the method's model (the only checkpoint a rule may pick)
     pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
+    engine: ClassVar[type | None] = None  # its batched engine (the protocol of raco_bench.packs.engine), if it has one
 
     def hyperparameters(self, overrides: dict[str, Any] | None = None) -> Any:
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""
@@ -188,3 +189,37 @@ class Method(ABC):
     def report(self, ctx: Context, state: Any) -> dict:
         """Diagnostics to log at an evaluation (private releases only, or labelled otherwise)."""
         return {}
+
+    def tuning_knob(self, hyper: Any, n_train: int, budget: Budget) -> CalibrationProblem | None:
+        """The calibration accounted tuning solves under its RDP reference instead of the budget: the method's own
+        calibration by default; a method that calibrates nothing may name a knob here (None: the run is fixed)."""
+        return self.calibration(hyper, n_train, budget)
+
+    def privacy_event(self, hyper: Any, n_train: int, budget: Budget) -> Any:
+        """What one run releases, as a composition of mechanism events (:mod:`raco_bench.privacy.events`) under add/remove
+        adjacency; None for a non-private method. The run's knobs are fixed: ``budget.steps`` for a method that calibrates
+        T, the noise in ``hyper`` for one that calibrates it. Raises UnsupportedEvent when the method's claim is not
+        record-level (its events would be stated under another relation)."""
+        if not self.private:
+            return None
+        from raco_bench.privacy.events import UnsupportedEvent
+
+        raise UnsupportedEvent(f"method {self.name} describes no mechanism events")
+
+    # -- optional capabilities: core drivers ask for them, never for a method by name (docs/architecture.md, "Adding a method")
+
+    def audit_view(self, run: Any, canary_row: int, engine: Any = None) -> Any:
+        """What the white-box audit observes of one step of ``run`` (a prepared run, logistic regression) with
+        training row ``canary_row`` turned into the canary: a :class:`raco_bench.audit.view.AuditView`, or None when
+        the method has no audit view. ``engine`` replaces the engine module the view calls (the tests plant bugs there)."""
+        return None
+
+    def audit_noise(self, hyper: Any, sampling_rate: float, steps: int, epsilon: float, delta: float) -> dict[str, Any]:
+        """Hyperparameter overrides under which ``steps`` steps at ``sampling_rate`` spend exactly ``epsilon`` (the audited
+        claim); {} when the method calibrates its own noise to the run's budget."""
+        return {}
+
+    @classmethod
+    def auditable(cls) -> bool:
+        """Whether the white-box audit covers this method (a private method that defines an audit view)."""
+        return cls.private and cls.audit_view is not Method.audit_view

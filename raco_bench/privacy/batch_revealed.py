@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy.special import log_ndtr
 from scipy.stats import binom
 
 from raco_bench.privacy.accounting import smallest_noise_within
-from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
+from raco_bench.privacy.calibration import NOISE, CalibrationCache, CalibrationProblem, Knob
 
 
 def gaussian_delta(epsilon: float, mu: np.ndarray) -> np.ndarray:
@@ -80,6 +81,7 @@ class RevealedBatchNoise(CalibrationProblem):
     With these multipliers the expected μ² of the sampled and unsampled releases is 1/σ²: σ is the noise of one
     Gaussian with the same mean privacy loss."""
 
+    knob: ClassVar[Knob] = NOISE
     steps: int
     sampling_rate: float
     unsampled: int

@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import version
 from pathlib import Path
+from typing import ClassVar
 
 from raco_bench.privacy.accounting import (
     DISCRETIZATION,
@@ -29,9 +30,11 @@ from raco_bench.privacy.accounting import (
     SelectionRelease,
     StepMechanism,
     epsilon,
+    largest_within,
     max_steps,
     plan_epsilon,
     plan_min_noise,
+    smallest_noise_within,
 )
 
 ALGORITHM_VERSION = 2
@@ -135,11 +138,39 @@ class CalibrationCache:
 
 
 # ------------------------------------------------------------------ calibration problems (value objects)
+@dataclass(frozen=True)
+class Knob:
+    """What a calibration sets: ``name`` ("steps" or a hyperparameter), whether it is an integer, and whether a larger
+    value spends more privacy (T, a budget ρ) or less (a noise multiplier)."""
+
+    name: str
+    integer: bool
+    increasing: bool
+
+    def most_within(self, ok, cap: float = 1e6) -> float:
+        """The value that spends the most among those where ``ok(value)`` holds (``ok`` monotone in the knob): the
+        largest T ≤ ``cap`` (0 if none), the smallest noise, the largest budget (to a relative 1e-3, on the safe
+        side; ValueError if none up to ``cap``)."""
+        if self.integer:
+            return float(largest_within(lambda v: 0.0 if ok(v) else 1.0, 0.5, int(cap)))
+        failure = f"no {self.name} up to {cap:g} passes"
+        if not self.increasing:
+            return smallest_noise_within(lambda v: 0.0 if ok(v) else 1.0, 0.5, cap, failure)
+        return 1.0 / smallest_noise_within(lambda u: 0.0 if ok(1.0 / u) else 1.0, 0.5, cap, failure)
+
+
+STEPS = Knob("steps", integer=True, increasing=True)
+NOISE = Knob("noise_multiplier", integer=False, increasing=False)
+
+
 class CalibrationProblem(ABC):
     """A privacy calibration as a value: a cache ``key``, how to ``solve`` it, and how to check a value
     against the budget (``within_budget``). Methods build them (:meth:`Method.calibration`); the trainer
     solves one through the cache (:meth:`CalibrationCache.solve`), the sweep driver solves many in
-    parallel Ray tasks."""
+    parallel Ray tasks. ``knob`` says what the value sets, so that other criteria (accounted tuning's RDP
+    reference) can solve for the same knob."""
+
+    knob: ClassVar[Knob]
 
     @abstractmethod
     def key(self) -> str: ...
@@ -154,6 +185,8 @@ class CalibrationProblem(ABC):
 @dataclass(frozen=True)
 class StepsProblem(CalibrationProblem):
     """The largest T whose ε (with the private selection, if any) fits the budget."""
+
+    knob: ClassVar[Knob] = STEPS
 
     mechanism: StepMechanism
     target_epsilon: float
@@ -176,6 +209,8 @@ class StepsProblem(CalibrationProblem):
 @dataclass(frozen=True)
 class NoiseProblem(CalibrationProblem):
     """The smallest per-block noise multiplier σ whose :class:`GaussianPlan` fits the budget."""
+
+    knob: ClassVar[Knob] = NOISE
 
     plan: GaussianPlan
     target_epsilon: float

@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.report.load import ReportError
 from raco_bench.report.pareto import non_dominated
 
-REFERENCE = "raco-dp"
+REFERENCE = DEFAULT_METHOD  # the suite's own method, compared with each other method
 OLD_COLUMNS = {"test_violation": "test_max_constraint", "test_violation_sd": "test_max_constraint_sd"}  # one name per quantity (docs/results.md)
 
 

@@ -13,31 +13,38 @@ For each (method, ε, γ) and each of R independent repetitions, the sweep:
    constraints hold (post-processing of what the runs released); none, if no run's do.
 
 Papernot & Steinke's Theorem 2 bounds the release for a pair of orders (λ, λ̂) when every run is
-(λ, ε)-RDP and (λ̂, ε̂)-RDP. The sweep fixes both values before any run: the reference run is the
-method's default configuration at the largest T whose end-to-end ε (the theorem's bound, converted
-to (ε, δ)) is the target ε (:func:`raco_bench.privacy.tuning.tuned_max_steps`), and the pair is the
-one that gives it (:func:`raco_bench.privacy.tuning.release_orders`). Each drawn configuration then
-trains for the largest T whose RDP at λ and at λ̂ is at most the reference's (:func:`dominated_steps`),
-so the released model's end-to-end ε is at most the target, and that ε is what every run, the sweep
-and the figures state. (Asking a run to stay under the whole reference curve would be valid too, but
-a configuration whose curve has another shape, a smaller σ say, would then get almost no steps.)
+(λ, ε)-RDP and (λ̂, ε̂)-RDP. A run's RDP curve comes from the mechanism events its method says it releases
+(``Method.privacy_event``, :mod:`raco_bench.privacy.events`), and what a configuration may spend is set by its
+tuning knob (``Method.tuning_knob``: T for RaCO-DP, DP-SGD and DP post-processing, the noise multiplier for
+DP-FERMI, the zCDP budget ρ for budget tailoring). The sweep fixes both orders before any run: the reference
+run is the method's default configuration at the knob value that spends the most while the theorem's bound,
+converted to (ε, δ), is the target ε (:func:`reference`), and the pair is the one that gives it
+(:func:`raco_bench.privacy.tuning.release_orders`). Each drawn configuration then trains at the knob value that
+spends the most while its RDP at λ and at λ̂ is at most the reference's (:func:`dominated`), so the released
+model's end-to-end ε is at most the target, and that ε is what every run, the sweep and the figures state.
+(Asking a run to stay under the whole reference curve would be valid too, but a configuration whose curve has
+another shape, a smaller σ say, would then get almost no steps.)
 
-The methods: those whose step the RDP accountant represents (:mod:`raco_bench.privacy.rdp`), RaCO-DP
-and DP-SGD. Others are refused with the reason.
+The methods: every private method whose claim is record-level (its events have an RDP curve); a method whose
+claim is of another kind (PF-LD, the sensitive-attribute modes) is refused with the reason. The core code here
+names no method: it asks each for its knob and its events.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from raco_bench.methods import get_method
+from raco_bench.methods.base import Budget
 from raco_bench.methods.space import sample_configs
-from raco_bench.privacy.rdp import ORDERS, RdpCurve, laplace_rdp, step_rdp
-from raco_bench.privacy.tuning import release_orders, tnb_gamma, tuned_max_steps
+from raco_bench.privacy import events
+from raco_bench.privacy.rdp import ORDERS, RdpCurve
+from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_gamma
 
 TUNING_MODES = ("not-accounted", "accounted")
 REPEAT_STRIDE = 100_000  # config_id = repeat · REPEAT_STRIDE + index: unique per (method, ε, γ)
@@ -55,14 +62,74 @@ def sample_tnb(shape: float, mean: float, rng: np.random.Generator) -> int:
             return k
 
 
-def supports_accounting(method_name: str) -> str | None:
-    """None when accounted tuning can run ``method_name``, else why not."""
+def _budget(spec, epsilon: float) -> Budget:
+    return Budget(epsilon, spec.delta, spec.max_steps, None, spec.selection)
+
+
+@dataclass(frozen=True)
+class RunFamily:
+    """One configuration's runs along its tuning knob (``Method.tuning_knob``: T, a noise multiplier, a zCDP budget...):
+    for each knob value, what the trial fixes (``changes``) and the run's RDP curve, from its privacy events."""
+
+    method: Any
+    params: dict
+    n_train: int
+    budget: Budget
+    problem: Any  # CalibrationProblem | None: None when the run has no knob (its one curve is fixed)
+
+    @staticmethod
+    def of(method, params: dict, n_train: int, budget: Budget) -> "RunFamily":
+        return RunFamily(method, dict(params), n_train, budget, method.tuning_knob(method.hyperparameters(params), n_train, budget))
+
+    def changes(self, value: float | None) -> dict:
+        return {} if self.problem is None else self.method.calibrated(self.problem, value)
+
+    def curve(self, value: float | None) -> RdpCurve:
+        fixed = self.changes(value)
+        hyper = self.method.hyperparameters({**self.params, **fixed.get("params", {})})
+        event = self.method.privacy_event(hyper, self.n_train, replace(self.budget, steps=fixed.get("steps", self.budget.steps)))
+        return RdpCurve(ORDERS, tuple(float(x) for x in events.rdp(event)))
+
+    def passes(self, value: float, ok) -> bool:
+        """``ok`` of the run at ``value``; False where the method refuses the value (e.g. a budget ρ that leaves nothing to train)."""
+        try:
+            return ok(self.curve(value))
+        except events.UnsupportedEvent:
+            raise
+        except ValueError:
+            return False
+
+    def most_within(self, ok) -> float | None:
+        """The knob value that spends the most while ``ok(curve)`` holds; None when there is no knob (then ``ok`` must hold
+        for the one curve) — raises ValueError when no value passes."""
+        if self.problem is None:
+            if not ok(self.curve(None)):
+                raise ValueError("no value passes")
+            return None
+        knob = self.problem.knob
+        cap = self.budget.max_steps if knob.integer else 1e6
+        value = knob.most_within(lambda v: self.passes(v, ok), cap)
+        if knob.integer and value == 0:
+            raise ValueError("no value passes")
+        return value
+
+
+def supports_accounting(method_name: str, spec=None, n_train: int | None = None) -> str | None:
+    """None when accounted tuning can run ``method_name``, else why not: its runs must describe their releases as mechanism
+    events with an RDP curve (``Method.privacy_event``), which record-level claims do."""
     method = get_method(method_name)
     if not method.private:
         return None  # a non-private method spends nothing to tune (it has no ε to state)
-    if not hasattr(method, "step_mechanism"):
-        return (f"accounted tuning needs the RDP curve of {method_name}'s run; the suite computes it for the Poisson-subsampled "
-                "Gaussian and Laplace steps of raco-dp and dp-sgd; drop it with --methods, or sweep it with --tuning not-accounted")
+    if spec is None or n_train is None:
+        return None
+    defaults = sample_configs(method, 1, n_train, spec.sample_seed)[0]
+    family = RunFamily.of(method, defaults, n_train, _budget(spec, spec.epsilons[0]))
+    try:
+        value = family.problem.solve() if family.problem is not None else None
+        family.curve(value)
+    except events.UnsupportedEvent as e:
+        return (f"accounted tuning needs the RDP curve of {method_name}'s run: {e}; drop it with --methods, or sweep it with "
+                "--tuning not-accounted")
     return None
 
 
@@ -70,7 +137,8 @@ def supports_accounting(method_name: str) -> str | None:
 class Reference:
     """The RDP curve every run of one (method, ε) must stay under, and what the release then spends."""
 
-    steps: int  # T of the reference run (the method's defaults)
+    knob: str  # what the reference run's calibration set ("steps", "noise_multiplier", "rho"; "" without a knob)
+    value: float | None  # its value for the reference run (the method's defaults)
     curve: RdpCurve
     orders: tuple[int, int]  # indices of (λ, λ̂) in the curve's orders
     epsilon_end_to_end: float  # of the released model (≤ the target)
@@ -81,30 +149,30 @@ def _seed(*parts) -> int:
 
 
 def reference(spec, method_name: str, epsilon: float, n_train: int) -> Reference:
+    """The default configuration at the knob value that spends the most while the release of the best of K ~ TNB runs
+    like it stays within ``epsilon`` end to end (Theorem 2), and the pair of orders that gives that bound."""
     method = get_method(method_name)
     defaults = sample_configs(method, 1, n_train, spec.sample_seed)[0]
-    mech = method.step_mechanism(method.hyperparameters(defaults), n_train)
-    T = tuned_max_steps(mech, epsilon, spec.delta, spec.tuning_mean, spec.tuning_shape, spec.selection, cap=spec.max_steps)
-    if T == 0:
-        raise ValueError(f"accounted tuning of {method_name} at epsilon={epsilon}: the budget does not allow one step of the default "
-                         f"configuration with E[K]={spec.tuning_mean}; raise epsilon or lower --tuning-mean")
-    curve = RdpCurve.of_run(mech, T, spec.selection)
+    family = RunFamily.of(method, defaults, n_train, _budget(spec, epsilon))
+    try:
+        value = family.most_within(lambda c: repeat_and_select(c, spec.tuning_mean, spec.tuning_shape).epsilon(spec.delta) <= epsilon)
+    except ValueError:
+        raise ValueError(f"accounted tuning of {method_name} at epsilon={epsilon}: the budget does not allow one run of the default "
+                         f"configuration with E[K]={spec.tuning_mean}; raise epsilon or lower --tuning-mean") from None
+    curve = family.curve(value)
     i, j, eps = release_orders(curve, spec.tuning_mean, spec.tuning_shape, spec.delta)
-    return Reference(T, curve, (i, j), eps)
+    return Reference(family.problem.knob.name if family.problem is not None else "", value, curve, (i, j), eps)
 
 
-def dominated_steps(mech, ref: Reference, selection, cap: int) -> int:
-    """The largest T ≤ ``cap`` whose run (T steps of ``mech`` and the selection's releases) is within the reference's RDP at
-    its two orders λ and λ̂: T·ε_step(λ) + ε_sel(λ) ≤ ε_ref(λ) at both, so T is the smaller quotient."""
-    orders = tuple(ORDERS[k] for k in ref.orders)
-    step = step_rdp(mech, orders)
-    sel = selection.count * laplace_rdp(selection.laplace_scale, orders) if selection is not None else np.zeros(len(orders))
-    room = np.array([ref.curve.values[k] for k in ref.orders]) - sel
-    if np.any(room < 0):
-        return 0
-    with np.errstate(divide="ignore"):
-        bound = np.where(step > 0, room / step, math.inf)
-    return int(min(cap, math.floor(float(bound.min()) * (1 - 1e-12))))
+def dominated(family: RunFamily, ref: Reference) -> float | None:
+    """The knob value that spends the most while the run's RDP at the reference's two orders λ and λ̂ is at most the
+    reference's at both (so the release's bound is the reference's); raises ValueError when none is."""
+    i, j = ref.orders
+
+    def ok(curve: RdpCurve) -> bool:
+        return curve.values[i] <= ref.curve.values[i] and curve.values[j] <= ref.curve.values[j]
+
+    return family.most_within(ok)
 
 
 def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
@@ -114,7 +182,7 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
     note = (f"random search over K ~ TNB(η = {spec.tuning_shape:g}, E[K] = {spec.tuning_mean:g}) configurations, the best noisy validation "
             f"score released; {spec.tuning_repeats} independent repetitions")
     for method_name in spec.methods:
-        why = supports_accounting(method_name)
+        why = supports_accounting(method_name, spec, n_train)
         if why:
             raise ValueError(why)
         method = get_method(method_name)
@@ -132,14 +200,24 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
                         t = make_trial(method_name, eps, gamma, r * REPEAT_STRIDE + i, params, r * REPEAT_STRIDE + i)
                         t.update(repeat=r, tuning="accounted", tuning_runs=K, tuning_note=note)
                         if ref is not None:
-                            T = dominated_steps(method.step_mechanism(method.hyperparameters(params), n_train), ref, spec.selection, spec.max_steps)
-                            t["epsilon_end_to_end"] = ref.epsilon_end_to_end
-                            if T == 0:
-                                t["skip"] = "its run cannot take one step under the reference RDP curve"
-                            else:
-                                t["steps"] = T
+                            _fix(t, RunFamily.of(method, params, n_train, _budget(spec, eps)), ref)
                         trials.append(t)
     return trials, refs
+
+
+def _fix(trial: dict, family: RunFamily, ref: Reference) -> None:
+    """Set what the trial's knob value fixes (its T, calibrated parameters), or skip it when no value fits the reference."""
+    trial["epsilon_end_to_end"] = ref.epsilon_end_to_end
+    try:
+        fixed = family.changes(dominated(family, ref))
+    except ValueError:
+        fixed = {"skip": "its run cannot fit under the reference RDP curve"}
+    if "skip" in fixed:
+        trial["skip"] = fixed["skip"]
+    if "steps" in fixed:
+        trial["steps"] = fixed["steps"]
+    if fixed.get("params"):
+        trial["calibrated"] = dict(fixed["params"])
 
 
 @dataclass(frozen=True)

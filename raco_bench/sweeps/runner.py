@@ -433,7 +433,8 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     for (method, eps), ref in refs.items():
         if ref is not None:
             print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}); "
-                  f"the reference run (defaults) takes T={ref.steps}; the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
+                  f"the reference run (defaults) takes {ref.knob or 'its fixed run'}{'=%g' % ref.value if ref.value is not None else ''}; "
+                  f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
                   f"(delta {spec.delta:g}), tuning included", flush=True)
     confirm(spec, trials, args, ray.cluster_resources().get("CPU", 1.0))
     run_phase(spec, 1, trials, args, uri, experiment_id, storage, key)

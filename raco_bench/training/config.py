@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.settings import parse_value
 
@@ -27,7 +28,7 @@ CHECKPOINT_RULES = {
 @dataclass(frozen=True)
 class RunConfig:
     dataset: str = "adult"
-    method: str = "raco-dp"
+    method: str = DEFAULT_METHOD
     constraint: str = "demographic-parity"
     gamma: float = 0.05
     epsilon: float = 1.0

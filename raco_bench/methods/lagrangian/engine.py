@@ -4,7 +4,7 @@ logistic regression, as batched tensors (parameters K × c × d, multipliers K �
 Every configuration keeps its own σ, s_L, C, τ, η_θ, η_λ, expected batch size B (its own q), γ,
 dual-update rule, seed and T. Step t of configuration k draws its Poisson batch, its Laplace
 histogram noise and its Gaussian gradient noise from the streams of (seed_k, t)
-(:mod:`raco_bench.privacy.counter_rng`), exactly the numbers :func:`raco_bench.training.step.sgda_step`
+(:mod:`raco_bench.privacy.counter_rng`), exactly the numbers :func:`raco_bench.methods.lagrangian.step.sgda_step`
 draws when the configuration trains alone; only floating-point reduction order differs. A
 configuration whose T has passed keeps its state while the others go on.
 
@@ -17,35 +17,17 @@ follows ``sgda_step`` line by line; the line numbers are Algorithm 1's (docs/met
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
+from raco_bench.methods.lagrangian.step import lagrangian_report
+from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, rows_for
+from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
 from raco_bench.privacy import counter_rng as rng
-from raco_bench.training.step import TrainData
-
-
-def take_rows(pack, index: torch.Tensor):
-    """A pack's settings or state dataclass restricted to the configurations at ``index``: every tensor field
-    (leading dimension K) indexed, every other field (flags, the step count) kept."""
-    fields = {f.name: getattr(pack, f.name) for f in dataclasses.fields(pack)}
-    return type(pack)(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
-
-
-def put_rows(whole, index: torch.Tensor, part):
-    """``whole`` with the configurations at ``index`` replaced by ``part`` (a :func:`take_rows` of it, advanced);
-    non-tensor fields (the step count) come from ``part``."""
-    def merged(a, b):
-        if not isinstance(a, torch.Tensor):
-            return b
-        out = a.clone()
-        out[index] = b
-        return out
-
-    return type(whole)(**{f.name: merged(getattr(whole, f.name), getattr(part, f.name)) for f in dataclasses.fields(whole)})
+from raco_bench.training.tensors import TrainData
 
 
 @dataclass(frozen=True)
@@ -89,12 +71,6 @@ class PackState:
         return {"weight": self.weight[k], "bias": self.bias[k]}
 
 
-def _softmax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """softmax over the (class) dimension ``dim``; torch's kernel is slow for the few classes of these tasks."""
-    e = torch.exp(z - z.amax(dim, keepdim=True))
-    return e / e.sum(dim, keepdim=True)
-
-
 FEW_PARTS = 2  # up to this many parts, the histogram and the coefficients are products with the part one-hot
 
 
@@ -136,31 +112,6 @@ def slot_bytes(data: PackData, products: RowProducts) -> int:
     return width * data.X.element_size()
 
 
-def chunk_budget(device: torch.device) -> int:
-    """Bytes of padded per-slot arrays a chunk may hold: 1 GiB on a GPU, 64 MiB on a CPU."""
-    return 2**30 if device.type == "cuda" else 2**26
-
-
-def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25) -> list[list[int]]:
-    """The configurations of a step grouped into chunks, each padded to its widest batch.
-
-    Sorted by this step's batch size, a chunk takes configurations while the widest stays within
-    ``slack`` times the narrowest (plus 64 rows, so that small batches are not split finely) and
-    the chunk's padded arrays fit ``budget``. Padding then wastes at most about a quarter of a
-    chunk, whatever batch sizes the pack mixes, and a pack of similar batch sizes is one chunk: on
-    a CPU a step costs mostly per operation, so fewer chunks are faster."""
-    order = sorted(range(len(widths)), key=widths.__getitem__)
-    out: list[list[int]] = []
-    for k in order:
-        if out:
-            first, chunk = widths[out[-1][0]], out[-1]
-            if widths[k] <= slack * first + 64 and (len(chunk) + 1) * max(widths[k], 1) * per_slot <= budget:
-                chunk.append(k)
-                continue
-        out.append([k])
-    return out
-
-
 @dataclass(frozen=True)
 class StepNoise:
     """One step's draws for every configuration of the pack (drawn at once: the generator's cost is per call)."""
@@ -194,7 +145,7 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     batch = products(data.X, rows)
     temperature = s.temperature[idx, None]
     z = temperature * batch.logits(state.weight[idx], state.bias[idx])  # c × k × M, up to a per-row shift
-    probs = _softmax(z, dim=0)
+    probs = softmax(z, dim=0)
     coef = estimates = H = None
     if s.constrained and rates is not None:
         hard = s.hard[idx]
@@ -310,3 +261,62 @@ def apply_release(state: PackState, s: PackSettings, release: StepRelease) -> Pa
 def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts, budget: int) -> PackState:
     """The step of configurations that are all within their T."""
     return apply_release(state, s, step_release(state, data, s, rates, products, budget))
+
+
+# ---------------------------------------------------------------- the engine the pack driver builds
+
+
+def lagrangian_settings(runs: list) -> PackSettings:
+    """The per-configuration numbers of ``runs`` (all members of one Lagrangian method)."""
+    dev = runs[0].ctx.device
+    vec = lambda values, dtype=torch.float32: vector(runs, values, dtype)  # noqa: E731
+    st = [r.ctx.plan.settings for r in runs]
+    method = runs[0].method
+    return PackSettings(
+        seeds=vec([r.ctx.stream_id for r in runs], torch.int64),
+        steps=vec([r.ctx.steps for r in runs], torch.int64),
+        sampling_rate=vec([s.sampling_rate for s in st], torch.float64),
+        expected_batch=vec([s.expected_batch for s in st]),
+        clip_norm=vec([s.clip_norm if s.clip_norm is not None else INF for s in st]),
+        noise_std=vec([s.noise_std for s in st]),
+        laplace_scale=vec([s.laplace_scale or 0.0 for s in st]),
+        temperature=vec([s.temperature for s in st]),
+        lr=vec([s.lr for s in st]),
+        dual_lr=vec([s.dual_lr for s in st]),
+        hard=vec([s.dual_update == "hard" for s in st], torch.bool),
+        lambda_max=vec([s.lambda_max if s.lambda_max is not None else INF for s in st]),
+        dual_momentum=vec([s.dual_momentum for s in st]),
+        clip_constraint_value=vec([s.clip_constraint_value for s in st], torch.bool),
+        gamma=torch.stack([r.ctx.rates.gamma for r in runs]) if method.constrained else torch.zeros(len(runs), 0, device=dev),
+        private=method.private,
+        constrained=method.constrained,
+        source=runs[0].ctx.source,
+    )
+
+
+class LagrangianEngine(Engine):
+    """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack."""
+
+    @classmethod
+    def blocker(cls, run) -> str | None:
+        if run.method.constrained and run.ctx.hyper.histogram_batch != "shared":
+            return "histogram_batch=independent has no batched engine yet"
+        return super().blocker(run)
+
+    def __init__(self, runs: list, products: RowProducts | None = None) -> None:
+        first = runs[0]
+        self.settings = lagrangian_settings(runs)
+        self.steps = self.settings.steps
+        init = [first.method.init_state(r.ctx, r.ctx.stream()) for r in runs]
+        K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
+        self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
+                               torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
+        self.method, self.data = first.method, PackData.of(first.ctx.plan.data)
+        self.rates = first.ctx.rates if first.method.constrained else None
+        self.products = products or rows_for(dev)
+
+    def step(self) -> None:
+        self.state = pack_step(self.state, self.data, self.settings, self.rates, self.products)
+
+    def report(self, k: int) -> dict:
+        return lagrangian_report(self.method, self.state.lam[k], self.state.estimates[k])

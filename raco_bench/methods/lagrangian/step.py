@@ -20,8 +20,9 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.models import Batch, Params
+from raco_bench.objective import tempered_softmax
 from raco_bench.privacy.counter_rng import HISTOGRAM_BATCH, Stream
-from raco_bench.training.objective import tempered_softmax
+from raco_bench.training.tensors import TrainData
 
 
 @dataclass
@@ -32,41 +33,6 @@ class TrainState:
     step: int
     stream: Stream
     last_release: "StepRelease | None" = None
-
-
-@dataclass(frozen=True)
-class TrainData:
-    """The training split as device tensors, with per-sample constants in one table.
-
-    ``table`` rows are [one-hot label (c) | ‖x‖² + 1 | one-hot part (K)], so that one gather per
-    step fetches everything a batch needs (labels, rank-1 gradient norms, histogram rows).
-    """
-
-    X: torch.Tensor
-    y: torch.Tensor
-    table: torch.Tensor
-    n_classes: int
-    n_parts: int
-
-    @staticmethod
-    def build(X: torch.Tensor, y: torch.Tensor, n_classes: int, parts: torch.Tensor | None = None, n_parts: int = 0) -> "TrainData":
-        cols = [torch.nn.functional.one_hot(y, n_classes).to(X.dtype), (X.pow(2).sum(1) + 1.0)[:, None]]
-        if parts is not None:
-            cols.append(torch.nn.functional.one_hot(parts, n_parts).to(X.dtype))
-        return TrainData(X, y, torch.cat(cols, 1).contiguous(), n_classes, n_parts if parts is not None else 0)
-
-    @property
-    def n(self) -> int:
-        return int(self.X.shape[0])
-
-    def labels_onehot(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows[:, : self.n_classes]
-
-    def sq_norms(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows[:, self.n_classes]
-
-    def parts_onehot(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows[:, self.n_classes + 1 :]
 
 
 @dataclass(frozen=True)
@@ -175,3 +141,12 @@ def sgda_step(
         if s.lambda_max is not None:
             lam = lam.clamp_max_(s.lambda_max)
     return TrainState(params, lam, velocity, t, stream), StepRelease(H, estimates, idx)
+
+
+def lagrangian_report(method, lam: torch.Tensor, estimates: torch.Tensor | None) -> dict:
+    """The diagnostics a Lagrangian run logs at each evaluation: the largest multiplier and the largest Γ̂ of
+    the last step (a released, noisy value for private members; an exact batch value otherwise)."""
+    if not method.constrained or estimates is None:
+        return {}
+    label = "noisy_constraint_max" if method.private else "batch_constraint_max_nonprivate"
+    return {"lambda_max": float(lam.max()), label: float(estimates.max())}

@@ -4,7 +4,7 @@ K × c × d, the ERMI variable W as K × contexts × G × c.
 Every configuration keeps its own λ (fairness), η_θ, η_w, C_θ, C_W, σ, radius D, expected batch size,
 seed, T and its own released group proportions P̂_S. Step t draws the Poisson batch and one Gaussian
 vector (θ's parameters in order, then W) from the streams of (seed, t), exactly as
-``baselines.dp_fermi.DPFermi.step`` does alone; the formulas are those of ``baselines/ermi.py``
+``baselines.dp_fermi.DPFermi.step`` does alone; the formulas are those of ``baselines/dp_fermi/ermi.py``
 (docs/methods/dp-fermi.md), written for a leading configuration dimension.
 """
 
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from raco_bench.packs.lagrangian import _softmax, chunks, put_rows, take_rows
+from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import RowProducts, rows_for
+from raco_bench.packs.tensors import chunks, put_rows, softmax, take_rows
 from raco_bench.privacy import counter_rng as rng
-from raco_bench.training.step import TrainData
+from raco_bench.training.tensors import TrainData
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def fermi_pack_step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tenso
                     products: RowProducts | None = None) -> FermiPackState:
     """One DP-FERMI step for every configuration within its T (batch products by ``products``, default
     :func:`~raco_bench.packs.rows.rows_for` the device), in groups of similar expected batch size
-    (:func:`~raco_bench.packs.lagrangian.chunks`); the others keep their state."""
+    (:func:`~raco_bench.methods.lagrangian.engine.chunks`); the others keep their state."""
     products = products or rows_for(data.X.device)
     live = s.steps > state.step
     if not bool(live.any()):
@@ -107,8 +108,8 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     n_ctx, G = state.W.shape[1], state.W.shape[2]
     k_index = torch.arange(K, device=rows.device)[:, None].expand_as(rows)
     ipb = state.inv_sqrt_p[k_index, cb, sb]  # K × M
-    F = _softmax(batch.logits(state.weight, state.bias).permute(1, 2, 0))  # K × M × c
-    # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/ermi.py)
+    F = softmax(batch.logits(state.weight, state.bias).permute(1, 2, 0))  # K × M × c
+    # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/dp_fermi/ermi.py)
     colsq = (state.W**2).sum(2)  # K × contexts × c
     a = 2.0 * ipb[..., None] * state.W[k_index, cb, sb] - colsq[k_index, cb]
     coef = s.fairness[:, None, None] * a
@@ -148,3 +149,42 @@ def apply_fermi_release(state: FermiPackState, s: FermiPackSettings, release: Fe
     norms_W = W.flatten(2).norm(dim=2).clamp_min(1e-12)  # Π onto {‖W_ctx‖_F ≤ D} per context block
     W = W * (s.radius[:, None] / norms_W).clamp(max=1.0)[..., None, None]
     return FermiPackState(weight_new, bias_new, W, state.inv_sqrt_p, state.step + 1)
+
+
+# ---------------------------------------------------------------- the engine the pack driver builds
+
+
+class FermiEngine(Engine):
+    """DP-FERMI as a pack."""
+
+    @classmethod
+    def pack_key(cls, run) -> str:
+        return run.ctx.hyper.privacy  # one privacy mode per pack
+
+    def __init__(self, runs: list, products: RowProducts | None = None) -> None:
+        first = runs[0]
+        init = [first.method.init_state(r.ctx, r.ctx.stream()) for r in runs]
+        h = [r.ctx.hyper for r in runs]
+        self.products = products or rows_for(first.ctx.device)
+        private = h[0].privacy != "none"
+        vec = lambda values, dtype=torch.float32: vector(runs, values, dtype)  # noqa: E731
+
+        self.settings = FermiPackSettings(
+            seeds=vec([r.ctx.stream_id for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
+            sampling_rate=vec([r.ctx.plan.q for r in runs], torch.float64), batch=vec([float(x.batch_size) for x in h]),
+            lr=vec([x.lr for x in h]), lr_w=vec([x.lr_w for x in h]), fairness=vec([x.fairness for x in h]),
+            clip_theta=vec([x.clip_theta if private else INF for x in h]), clip_w=vec([x.clip_w if private else INF for x in h]),
+            noise_theta=vec([r.ctx.plan.sigma * x.clip_theta if private else 0.0 for r, x in zip(runs, h)]),
+            noise_w=vec([r.ctx.plan.sigma * x.clip_w if private else 0.0 for r, x in zip(runs, h)]),
+            radius=vec([x.w_radius for x in h]), private=private, source=first.ctx.source)
+        self.steps = self.settings.steps
+        self.state = FermiPackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
+                                    torch.stack([i.W for i in init]), torch.stack([i.inv_sqrt_p for i in init]), 0)
+        plan = first.ctx.plan
+        self.data, self.ctx_ids, self.groups = plan.data, plan.ctx_ids, plan.s
+
+    def step(self) -> None:
+        self.state = fermi_pack_step(self.state, self.data, self.ctx_ids, self.groups, self.settings, self.products)
+
+    def report(self, k: int) -> dict:
+        return {"w_norm": float(self.state.W[k].norm())}

@@ -5,7 +5,7 @@ experiment").
 
 Each group k has its own slopes β_k: y = ⟨x, β_k⟩ + N(0, σ_e²), x ~ N(0, s² I_P). One linear model is fit
 to all groups by the same two stages as the ``budget-tailoring`` method (the functions of
-:mod:`baselines.budget_tailoring`), with the squared loss in place of the cross-entropy:
+:mod:`baselines.budget_tailoring.plugin`), with the squared loss in place of the cross-entropy:
 stage 1 estimates each group's residual standard error privately and allocates the budget, stage 2
 runs projected full-batch DP gradient descent on Σ losses + G·max(0, worst group's loss − η).
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from baselines.budget_tailoring import ZCDPBudget, clip_rows, group_noise_std, penalised_direction, tailored_weights
+from baselines.budget_tailoring.plugin import ZCDPBudget, clip_rows, group_noise_std, penalised_direction, tailored_weights
 
 # Table 1's setting: K = 5, the largest group 20× the others (10,000 and 500 rows)
 SIZES = (10_000, 500, 500, 500, 500)

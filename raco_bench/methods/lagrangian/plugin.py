@@ -1,14 +1,14 @@
 """RaCO-DP (Algorithm 1) as a method plugin, and the Lagrangian SGDA family it belongs to.
 
-The family shares one step (:func:`raco_bench.training.step.sgda_step`) and one hyperparameter
+The family shares one step (:func:`raco_bench.methods.lagrangian.step.sgda_step`) and one hyperparameter
 set; its members differ only in whether they use the rate constraints and whether they are private:
 
 | method | constraints | privacy |
 |---|---|---|
 | raco-dp | yes | Laplace histogram + clipped Gaussian gradient, PLD-accounted (joint PLD for a shared batch) |
-| sgda (baselines) | yes | none: exact histogram, no clipping, no noise |
-| dp-sgd (baselines) | no | clipped Gaussian gradient, PLD-accounted |
-| sgd (baselines) | no | none |
+| sgda | yes | none: exact histogram, no clipping, no noise |
+| dp-sgd | no | clipped Gaussian gradient, PLD-accounted |
+| sgd | no | none |
 
 The algorithm, its privacy and the decisions taken are in docs/methods/raco-dp.md; the other members
 have their own pages there.
@@ -21,15 +21,19 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from dp_accounting.dp_event import SelfComposedDpEvent
 
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
+from raco_bench.methods.common import batch_choices, check_batch, plan_steps, selection_note, train_tensors
+from raco_bench.methods.lagrangian.audit import lagrangian_view
+from raco_bench.methods.lagrangian.engine import LagrangianEngine
+from raco_bench.methods.lagrangian.step import StepSettings, TrainState, lagrangian_report, sgda_step
 from raco_bench.models import build_model
-from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon
+from raco_bench.privacy import events
+from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon, smallest_noise_within
 from raco_bench.privacy.calibration import StepsProblem
 from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.step import StepSettings, TrainData, TrainState, sgda_step
-
-BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
+from raco_bench.training.tensors import TrainData
 
 DUAL_UPDATES = ("soft", "hard")
 
@@ -73,55 +77,6 @@ class SGDAHyper:
             raise ValueError("hidden and default_steps must be >= 1")
 
 
-def check_batch(ctx: Context, batch_size: int) -> float:
-    """q = B / n, validated against the training-set size."""
-    if batch_size > ctx.n_train:
-        raise ValueError(f"invalid batch_size={batch_size}: q = batch_size / n_train must be in (0, 1]; n_train = {ctx.n_train}")
-    return batch_size / ctx.n_train
-
-
-def batch_choices(n_train: int) -> list[int]:
-    """The searched expected batch sizes that fit the training split (at most half of it)."""
-    return [b for b in BATCH_SIZES if b <= n_train // 2] or [max(1, n_train // 4)]
-
-
-def plan_steps(ctx: Context, problem: StepsProblem | None, default_steps: int) -> int:
-    """T: the run's steps (checked against the budget), or the largest the (ε, δ) budget allows."""
-    run = ctx.run
-    if problem is None:
-        return run.steps or min(default_steps, run.max_steps)
-    mech = problem.mechanism
-    if run.steps is not None:
-        spent = epsilon(mech, run.steps, run.delta, run.selection)
-        if spent > run.epsilon:
-            raise ValueError(
-                f"steps={run.steps} would spend epsilon={spent:.4f} > the budget {run.epsilon}; "
-                "lower steps, raise epsilon, or leave steps unset to calibrate it"
-            )
-        return run.steps
-    T = int(ctx.cache.solve(problem))
-    if T == 0:
-        raise ValueError(
-            f"the budget epsilon={run.epsilon}, delta={run.delta} does not allow a single step with q={mech.sampling_rate:.4g}, "
-            f"noise_multiplier={mech.noise_multiplier}, laplace_scale={mech.laplace_scale}; raise the noise or epsilon, or lower batch_size"
-        )
-    return T
-
-
-def selection_note(selection) -> str:
-    return f", composed with {selection.count} Laplace({selection.laplace_scale:g}) validation-count releases (private checkpoint selection)"
-
-
-def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
-    ds, dev = ctx.dataset, ctx.device
-    X = torch.as_tensor(ds.train.X, device=dev)
-    y = torch.as_tensor(ds.train.y, device=dev)
-    if not with_parts:
-        return TrainData.build(X, y, ds.n_classes)
-    parts = torch.as_tensor(ctx.problem.partition.assign(ds.train.y, ds.train.group), device=dev)
-    return TrainData.build(X, y, ds.n_classes, parts, ctx.problem.partition.n_parts)
-
-
 @dataclass(frozen=True)
 class SGDAPlan:
     """A Lagrangian-family run, resolved: the model, the training tensors and the step's numbers."""
@@ -141,6 +96,7 @@ class LagrangianSGDA(Method):
 
     Hyper = SGDAHyper
     constrained: ClassVar[bool]
+    engine = LagrangianEngine
 
     def search_space(self, n_train: int) -> dict:
         """Ranges of docs/methods/raco-dp.md; privacy and dual settings only where the member uses them."""
@@ -190,6 +146,16 @@ class LagrangianSGDA(Method):
         if mech is None:
             return None
         return StepsProblem(mech, budget.epsilon, budget.delta, budget.max_steps, budget.selection)
+
+    def privacy_event(self, hyper: SGDAHyper, n_train: int, budget: Budget):
+        """T steps of the step's event (Poisson-sampled Gaussian; RaCO-DP's shared-batch Gaussian + Laplace), then the
+        private selection's Laplace releases."""
+        mech = self.step_mechanism(hyper, n_train)
+        if mech is None:
+            return None
+        if budget.steps is None:
+            raise ValueError(f"method {self.name}: the privacy event needs T (budget.steps); calibrate it first")
+        return events.compose(SelfComposedDpEvent(events.step_event(mech), int(budget.steps)), events.selection_event(budget.selection))
 
     def calibrated(self, problem: StepsProblem, value: float) -> dict:
         if int(value) == 0:
@@ -250,17 +216,21 @@ class LagrangianSGDA(Method):
         new.last_release = release
         return new
 
+    def audit_view(self, run, canary_row: int, engine=None):
+        return lagrangian_view(run, canary_row, engine)
+
+    def audit_noise(self, hyper: SGDAHyper, sampling_rate: float, steps: int, epsilon_: float, delta: float) -> dict:
+        """σ (and s_L, keeping the configuration's ratio) scaled together until ``steps`` steps spend ``epsilon_``."""
+        sigma0, lap0 = hyper.noise_multiplier, (hyper.laplace_scale if self.constrained else None)
+
+        def spent(f: float) -> float:
+            return epsilon(StepMechanism(sampling_rate, f * sigma0, None if lap0 is None else f * lap0), steps, delta)
+
+        f = smallest_noise_within(spent, epsilon_, 1e6, "the audited run cannot meet the claim")
+        return {"noise_multiplier": f * sigma0} | ({"laplace_scale": f * lap0} if lap0 is not None else {})
+
     def report(self, ctx: Context, state: TrainState) -> dict:
         return lagrangian_report(self, state.lam, state.last_release.constraint_estimates if state.last_release is not None else None)
-
-
-def lagrangian_report(method: LagrangianSGDA, lam: torch.Tensor, estimates: torch.Tensor | None) -> dict:
-    """The diagnostics a Lagrangian run logs at each evaluation: the largest multiplier and the largest Γ̂ of
-    the last step (a released, noisy value for private members; an exact batch value otherwise)."""
-    if not method.constrained or estimates is None:
-        return {}
-    label = "noisy_constraint_max" if method.private else "batch_constraint_max_nonprivate"
-    return {"lambda_max": float(lam.max()), label: float(estimates.max())}
 
 
 class RacoDP(LagrangianSGDA):
@@ -270,3 +240,38 @@ class RacoDP(LagrangianSGDA):
     constrained = True
     style = ("#4477AA", "o")  # Tol bright blue (docs/results.md, "Figures")
     doc = "docs/methods/raco-dp.md"
+
+
+class SGDA(LagrangianSGDA):
+    name = "sgda"
+    description = "non-private SGDA on the same rate-constrained Lagrangian (exact histogram, no clipping, no noise)"
+    private = False
+    constrained = True
+    style = ("#228833", "^")  # Tol bright green
+    doc = "docs/methods/sgda.md"
+
+
+class DPSGD(LagrangianSGDA):
+    """DP-SGD with Opacus' semantics: flat per-sample clipping to C, N(0, σ²C²) added to the sum,
+    division by the expected batch size, Poisson sampling; accounted with dp-accounting's PLD."""
+
+    name = "dp-sgd"
+    description = "DP-SGD (unconstrained), Poisson sampling, PLD-accounted"
+    private = True
+    constrained = False
+    gamma_is_input = False
+    in_default_sweeps = False
+    timing_reference = True
+    style = ("#AA3377", "D")  # Tol bright purple
+    doc = "docs/methods/dp-sgd.md"
+
+
+class SGD(LagrangianSGDA):
+    name = "sgd"
+    description = "non-private SGD on the cross-entropy (unconstrained)"
+    private = False
+    constrained = False
+    gamma_is_input = False
+    in_default_sweeps = False
+    style = ("#CCBB44", "v")  # Tol bright yellow
+    doc = "docs/methods/dp-sgd.md"

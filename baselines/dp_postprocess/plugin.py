@@ -29,15 +29,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from dp_accounting.dp_event import LaplaceDpEvent, SelfComposedDpEvent
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
-from raco_bench.methods.raco_dp import batch_choices, check_batch, plan_steps, selection_note, train_tensors
+from raco_bench.methods.common import batch_choices, check_batch, plan_steps, selection_note, train_tensors
+from raco_bench.methods.lagrangian.step import StepSettings, TrainState, sgda_step
 from raco_bench.models import build_model
+from raco_bench.privacy import events
 from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, selection_for, selection_pld, step_pld
 from raco_bench.privacy.calibration import StepsProblem
 from raco_bench.privacy.counter_rng import LAPLACE, PREDICTION, Stream
-from raco_bench.training.step import StepSettings, TrainState, sgda_step
 
 PRIVACY_MODES = ("full", "sensitive-attribute")
 SLACK_PRICE = 100.0  # LP price of one unit of constraint violation, against an error in [0, 1]
@@ -185,6 +187,22 @@ class DPPostprocess(Method):
             return None
         return StepsProblem(mech, (1 - hyper.histogram_share) * budget.epsilon, budget.delta, budget.max_steps, self.selection(budget.selection))
 
+    def privacy_event(self, hyper: DPPostprocessHyper, n_train: int, budget: Budget):
+        """Record-level mode: T DP-SGD base steps, the Laplace confusion histogram (scale 1/(share·ε), L1 sensitivity 1)
+        and the one selection release."""
+        if hyper.privacy != "full":
+            raise events.UnsupportedEvent("dp-postprocess privacy='sensitive-attribute' is not a record-level claim (its base model is "
+                                          "not private); its events are stated under add/remove only with privacy=full")
+        if budget.steps is None:
+            raise ValueError("dp-postprocess: the privacy event needs T (budget.steps); calibrate it first")
+        base = SelfComposedDpEvent(events.step_event(self.base_mechanism(hyper, n_train)), int(budget.steps))
+        return events.compose(base, LaplaceDpEvent(self.histogram_scale(hyper, budget.epsilon)), events.selection_event(self.selection(budget.selection)))
+
+    @staticmethod
+    def histogram_scale(hyper: DPPostprocessHyper, epsilon: float) -> float:
+        """The confusion histogram's Laplace scale in record-level mode: its share of the budget, pure DP."""
+        return 1.0 / (hyper.histogram_share * epsilon)
+
     def calibrated(self, problem: StepsProblem, value: float) -> dict:
         if int(value) == 0:
             return {"skip": "the privacy budget does not allow a single base-model step with this configuration"}
@@ -200,7 +218,7 @@ class DPPostprocess(Method):
         T = plan_steps(ctx, problem, h.default_steps)
         selection = self.selection(run.selection)
         if full:
-            scale, sensitivity, relation = 1.0 / (h.histogram_share * run.epsilon), 1.0, "add-remove"
+            scale, sensitivity, relation = self.histogram_scale(h, run.epsilon), 1.0, "add-remove"
         else:
             selection_eps = 2.0 * selection.count / selection.laplace_scale if selection else 0.0
             if selection_eps >= run.epsilon:

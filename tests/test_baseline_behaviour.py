@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from baselines.budget_tailoring import tailored_weights
-from baselines.dp_postprocess import derived_histograms, solve_derived_predictor
+from baselines.budget_tailoring.plugin import tailored_weights
+from baselines.dp_postprocess.plugin import derived_histograms, solve_derived_predictor
 from raco_bench.constraints import build_constraint
 from raco_bench.data import load_dataset
 from raco_bench.report.figures import method_labels
@@ -139,7 +139,7 @@ def test_legends_name_each_privacy_notion():
 def test_pfld_score_gradients_closed_form_equals_autodiff():
     """PF-LD's clipped Σ_j w_j clip(∇h(x_j), C): logistic regression's closed form against per-sample autodiff
     (the path every other model, the MLP included, takes)."""
-    from baselines.pf_ld import clipped_score_sum, score_grads
+    from baselines.pf_ld.plugin import clipped_score_sum, score_grads
     from raco_bench.models import MLP, LogisticRegression
     from raco_bench.privacy.counter_rng import Stream
 

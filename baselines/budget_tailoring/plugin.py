@@ -29,12 +29,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
+from dp_accounting.dp_event import GaussianDpEvent
 
-from raco_bench.methods.base import Context, Method, PrivacyPlan, check_positive
+from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.models import Batch, build_model
+from raco_bench.privacy import events
+from raco_bench.privacy.calibration import CalibrationProblem, Knob
 from raco_bench.privacy.counter_rng import GAUSSIAN, GROUP_COUNTS, SECOND_GAUSSIAN, STAGE_ONE, Stream
 
 ALLOCATIONS = ("tailored", "equal", "parallel")
@@ -162,6 +165,7 @@ class TailoringHyper:
     count_noise: float = 50.0  # std of the Gaussian noise on the group counts
     box: float = 5.0  # R, projection onto [−R, R]^P (the paper's [−5, 5])
     default_steps: int = 30  # T (full-batch steps) when the run sets none
+    rho: float | None = None  # the run's whole zCDP budget ρ; none = the largest (ε, δ) allows (accounted tuning sets it)
     model: str = "logistic"
     hidden: int = 64
 
@@ -170,6 +174,8 @@ class TailoringHyper:
             raise ValueError(f"invalid allocation={self.allocation!r}: choose one of {ALLOCATIONS}")
         check_positive(self, "penalty", "loss_bound", allow_zero=True)
         check_positive(self, "lr", "grad_clip", "loss_clip", "row_bound", "residual_clip", "count_noise", "box")
+        if self.rho is not None and not (math.isfinite(self.rho) and self.rho > 0):
+            raise ValueError(f"invalid rho={self.rho!r}: the zCDP budget must be a finite number > 0 (or none: from epsilon and delta)")
         if not 0 < self.stage1_share < 1:
             raise ValueError(f"invalid stage1_share={self.stage1_share!r}: must be in (0, 1)")
         if not isinstance(self.default_steps, int) or self.default_steps < 1:
@@ -204,6 +210,24 @@ class TailoringState:
     last_worst: float = math.nan
 
 
+@dataclass(frozen=True)
+class RhoProblem(CalibrationProblem):
+    """The largest zCDP budget ρ whose conversion ε = ρ + 2√(ρ log(1/δ)) fits ``target_epsilon`` (closed form)."""
+
+    knob: ClassVar[Knob] = Knob("rho", integer=False, increasing=True)
+    target_epsilon: float
+    delta: float
+
+    def key(self) -> str:
+        return f"rho:{self.target_epsilon!r}:{self.delta!r}"
+
+    def solve(self) -> float:
+        return rho_for(self.target_epsilon, self.delta)
+
+    def within_budget(self, value: float) -> bool:
+        return value > 0 and epsilon_for(value, self.delta) <= self.target_epsilon
+
+
 class BudgetTailoring(Method):
     name = "budget-tailoring"
     description = "privacy budget tailoring, DPSE (Alabi & Wiggins): zCDP DP-GD with a worst-group-loss penalty"
@@ -234,7 +258,7 @@ class BudgetTailoring(Method):
         if ds.n_classes != 2:
             raise ValueError(f"budget-tailoring's stage 1 fits the label linearly; dataset {ds.name!r} has {ds.n_classes} classes (binary only)")
         T = run.steps or min(h.default_steps, run.max_steps)
-        budget = ZCDPBudget.split(run.epsilon, run.delta, h.count_noise, h.stage1_share, h.allocation == "tailored", run.selection)
+        budget = self.zcdp_budget(h, ctx.budget)
         X = torch.as_tensor(ds.train.X, device=dev)
         y = torch.as_tensor(ds.train.y, device=dev)
         group = torch.as_tensor(ds.train.group, device=dev)
@@ -252,6 +276,31 @@ class BudgetTailoring(Method):
                    "allocation": h.allocation, "full_batch": True}
         ctx.privacy = PrivacyPlan(True, "record-level add/remove DP (rho-zCDP, converted)", accounting, run.delta, T, run.epsilon,
                                   epsilon_for(budget.total, run.delta), details=tuple(details.items())).as_dict()
+
+    @staticmethod
+    def zcdp_budget(hyper: TailoringHyper, budget: Budget) -> ZCDPBudget:
+        """The run's ρ split: ρ from ``hyper.rho`` (checked against (ε, δ)) or the largest (ε, δ) allows."""
+        sel = budget.selection
+        if hyper.rho is None:
+            return ZCDPBudget.split(budget.epsilon, budget.delta, hyper.count_noise, hyper.stage1_share, hyper.allocation == "tailored", sel)
+        if epsilon_for(hyper.rho, budget.delta) > budget.epsilon * (1 + 1e-9):
+            raise ValueError(f"rho={hyper.rho:g} spends epsilon={epsilon_for(hyper.rho, budget.delta):.4f} > the budget {budget.epsilon}; "
+                             "lower rho or leave it unset")
+        return ZCDPBudget.allot(hyper.rho, 1.0 / (2 * hyper.count_noise**2), sel.count / (2 * sel.laplace_scale**2) if sel else 0.0,
+                                hyper.stage1_share, hyper.allocation == "tailored", f"raise count_noise or rho (rho={hyper.rho})")
+
+    def tuning_knob(self, hyper: TailoringHyper, n_train: int, budget: Budget) -> "RhoProblem":
+        """Accounted tuning sets ρ (the run's noise follows from it)."""
+        return RhoProblem(budget.epsilon, budget.delta)
+
+    def privacy_event(self, hyper: TailoringHyper, n_train: int, budget: Budget):
+        """Every release but the selection is a Gaussian mechanism accounted at ρ_i = Δ_i²/(2σ_i²), so together they are
+        one Gaussian of μ² = 2ρ (Gaussian composition is exact); then the selection's Laplace releases (not converted)."""
+        z = self.zcdp_budget(hyper, budget)
+        return events.compose(GaussianDpEvent(1.0 / math.sqrt(2 * (z.total - z.selection))), events.selection_event(budget.selection))
+
+    def calibrated(self, problem: "RhoProblem", value: float) -> dict:
+        return {"params": {"rho": value}}
 
     def init_state(self, ctx: Context, stream: Stream) -> TailoringState:
         """The count release and stage 1; the noise of every stage-2 release follows from them."""

@@ -45,16 +45,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from dp_accounting.dp_event import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 
-from baselines.ermi import linear_coefficients, project_frobenius, w_gradient_sum
+from baselines.dp_fermi.audit import fermi_view
+from baselines.dp_fermi.engine import FermiEngine
+from baselines.dp_fermi.ermi import linear_coefficients, project_frobenius, w_gradient_sum
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
-from raco_bench.methods.raco_dp import check_batch, selection_note, train_tensors
+from raco_bench.methods.common import check_batch, selection_note, train_tensors
 from raco_bench.methods.space import ZeroOr
 from raco_bench.models import Batch, build_model
+from raco_bench.privacy import events
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.calibration import NoiseProblem
 from raco_bench.privacy.counter_rng import GROUP_COUNTS, Stream
-from raco_bench.training.step import TrainData
+from raco_bench.training.tensors import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
 # every step releases two blocks (θ, W) from one batch, each clipped and noised with the same multiplier σ
@@ -149,6 +153,7 @@ class DPFermi(Method):
     learning_rate_keys = ("lr", "lr_w")
     style = ("#EE6677", "s")  # Tol bright red
     doc = "docs/methods/dp-fermi.md"
+    engine = FermiEngine
 
     def supports(self, constraint: str) -> str | None:
         if constraint in FAIRNESS:
@@ -159,7 +164,7 @@ class DPFermi(Method):
         """λ = 0 in one configuration in ten (the unregularised anchor), else log-uniform (docs/methods/dp-fermi.md)."""
         from ray import tune
 
-        from raco_bench.methods.raco_dp import batch_choices
+        from raco_bench.methods.common import batch_choices
 
         return {
             "fairness": ZeroOr(tune.loguniform(0.05, 10.0), 0.1),
@@ -197,6 +202,21 @@ class DPFermi(Method):
         if plan is None or hyper.noise_multiplier is not None:
             return None
         return NoiseProblem(plan, budget.epsilon, budget.delta)
+
+    def privacy_event(self, hyper: DPFermiHyper, n_train: int, budget: Budget):
+        """Record-level mode: the group counts' Gaussian release (L2 sensitivity 1), T Poisson-sampled steps whose two
+        clipped blocks each get N(0, σ²C_b²) (one Gaussian of multiplier σ/√2 per unit of sensitivity), the selection."""
+        if hyper.privacy == "none":
+            return None
+        if hyper.privacy != "full":
+            raise events.UnsupportedEvent(f"dp-fermi privacy={hyper.privacy!r} is not a record-level claim (one sensitive attribute "
+                                          "replaced); its events are stated under add/remove only with privacy=full")
+        if hyper.noise_multiplier is None:
+            raise ValueError("dp-fermi: the privacy event needs noise_multiplier; calibrate it first")
+        T = self.planned_steps(hyper, budget.steps, budget.max_steps)
+        step = PoissonSampledDpEvent(hyper.batch_size / n_train, GaussianDpEvent(hyper.noise_multiplier / math.sqrt(BLOCKS)))
+        counts = GaussianDpEvent(hyper.count_noise) if hyper.count_noise is not None else None
+        return events.compose(SelfComposedDpEvent(step, T), counts, events.selection_event(budget.selection))
 
     def calibrated(self, problem: NoiseProblem, value: float) -> dict:
         return {"steps": problem.plan.steps, "params": {"noise_multiplier": value}}
@@ -285,6 +305,9 @@ class DPFermi(Method):
             gw = gw + plan.sigma * h.clip_w * z[offset:].view_as(gw)
         W = project_frobenius(state.W + h.lr_w * h.fairness * gw / m, h.w_radius)
         return FermiState(params, W, t, stream, state.inv_sqrt_p, state.released_counts)
+
+    def audit_view(self, run, canary_row: int, engine=None):
+        return fermi_view(run, canary_row, engine)
 
     def report(self, ctx: Context, state: FermiState) -> dict:
         return {"w_norm": float(state.W.norm())}

@@ -1,0 +1,1 @@
+"""DP post-processing of a base classifier (docs/methods/dp-postprocess.md): :mod:`.plugin`."""

@@ -1,0 +1,80 @@
+"""What the white-box audit (:mod:`raco_bench.audit.whitebox`) asks of a method: an audit view of one step of its
+batched engine, and the canary helpers every view uses (docs/audit.md, "White-box audit").
+
+A method gives its view through ``Method.audit_view(run, canary_row, engine)``. The view names the step's releases
+as blocks (K × m tensors), says which noise each block carries under the claim (Gaussian with a std, or Laplace
+with a scale, per configuration) and how large the canary's contribution to it can be (its clipping bound, for
+the accountant's own worst case), and provides the worlds the auditor compares: D (the training rows), D′ (D
+with the canary appended last, so that a seed's Poisson batch of the other rows is unchanged) and the canary
+alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from raco_bench.packs.tensors import take_rows
+from raco_bench.training.tensors import TrainData
+
+CONFIDENT_BIAS = 12.0  # the starting bias of the predicted class: soft predictions within e^-12 of one-hot
+CANARY_SCALE = 10.0  # the canary's features, times the row's: its gradient is clipped
+
+
+@dataclass
+class AuditView:
+    """One step of an engine as the audit sees it.
+
+    ``release(state, world, settings)`` returns (blocks, the engine's raw release); ``apply(state, settings, raw)``
+    the state after it. ``noise[block]`` is ("gauss", std per configuration) or ("laplace", scale per
+    configuration); ``bound[block]`` the largest norm of the canary's contribution to the block under the claim
+    (the L2 clipping norm of a Gaussian block, the L1 mass of a Laplace one). ``settings`` are the engine's K = 1
+    settings (a dataclass of K-vectors with ``seeds``, ``sampling_rate`` and ``private``), ``state`` the starting
+    state, ``worlds`` the engine data of "D", "D'" and "canary"."""
+
+    release: Callable
+    apply: Callable
+    noise: dict
+    bound: dict[str, float]
+    state: object
+    settings: object
+    worlds: dict
+    expected_batch: float
+    unobserved: str = ""  # what the claim covers that the view does not observe (named in the audit's note)
+    extra: dict = field(default_factory=dict)
+
+    def repeated(self, seeds: torch.Tensor, **changes):
+        """The settings for every seed in ``seeds`` (tensor fields repeated), with ``changes``."""
+        many = take_rows(self.settings, torch.zeros(len(seeds), dtype=torch.long, device=seeds.device))
+        return dataclasses.replace(many, seeds=seeds, **changes)
+
+
+def canary_row(data: TrainData, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, y, table row) of the canary: training row ``row`` with its features × CANARY_SCALE and its label flipped."""
+    c = data.n_classes
+    x = data.X[row] * CANARY_SCALE
+    y = (data.y[row] + 1) % c
+    table = data.table[row].clone()
+    table[:c] = torch.nn.functional.one_hot(y, c).to(table.dtype)
+    table[c] = x.square().sum() + 1.0
+    return x, y, table
+
+
+def with_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
+    """``data`` with one more row, last (a Poisson batch of the other rows is then unchanged for a seed)."""
+    return TrainData(torch.cat([data.X, x[None]]), torch.cat([data.y, y[None]]), torch.cat([data.table, table[None]]),
+                     data.n_classes, data.n_parts)
+
+
+def only_row(data: TrainData, x: torch.Tensor, y: torch.Tensor, table: torch.Tensor) -> TrainData:
+    return TrainData(x[None].clone(), y[None].clone(), table[None].clone(), data.n_classes, data.n_parts)
+
+
+def confident(bias: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """A starting bias under which every row (the canary included) is predicted, confidently, as not ``label``."""
+    out = torch.zeros_like(bias)
+    out[..., (int(label) + 1) % bias.shape[-1]] = CONFIDENT_BIAS
+    return out
