@@ -302,6 +302,11 @@ class BudgetTailoring(Method):
     def calibrated(self, problem: "RhoProblem", value: float) -> dict:
         return {"params": {"rho": value}}
 
+    def audit_view(self, run, canary_row: int, engine=None):
+        from baselines.budget_tailoring.audit import tailoring_view  # the view reads this module's formulas
+
+        return tailoring_view(run, canary_row, engine)
+
     def init_state(self, ctx: Context, stream: Stream) -> TailoringState:
         """The count release and stage 1; the noise of every stage-2 release follows from them."""
         h, plan, G = ctx.hyper, ctx.plan, ctx.dataset.n_groups

@@ -32,12 +32,13 @@ import torch
 from dp_accounting.dp_event import LaplaceDpEvent, SelfComposedDpEvent
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+from baselines.dp_postprocess.audit import postprocess_view
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import batch_choices, check_batch, plan_steps, selection_note, train_tensors
 from raco_bench.methods.lagrangian.step import StepSettings, TrainState, sgda_step
 from raco_bench.models import build_model
 from raco_bench.privacy import events
-from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, selection_for, selection_pld, step_pld
+from raco_bench.privacy.accounting import DISCRETIZATION, StepMechanism, selection_for, selection_pld, smallest_noise_within, step_pld
 from raco_bench.privacy.calibration import StepsProblem
 from raco_bench.privacy.counter_rng import LAPLACE, PREDICTION, Stream
 
@@ -253,6 +254,18 @@ class DPPostprocess(Method):
         if full:
             details["noise_multiplier"] = h.noise_multiplier
         ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
+
+    def audit_view(self, run, canary_row: int, engine=None):
+        return postprocess_view(run, canary_row, engine)
+
+    def audit_noise(self, hyper: DPPostprocessHyper, sampling_rate: float, steps: int, epsilon_: float, delta: float) -> dict:
+        """The base model's σ scaled until its ``steps`` steps and the histogram (its share of ``epsilon_``) spend ``epsilon_``."""
+        scale = self.histogram_scale(hyper, epsilon_)
+
+        def spent(sigma: float) -> float:
+            return postprocess_epsilon(StepMechanism(sampling_rate, sigma), steps, scale, 1.0, delta)
+
+        return {"noise_multiplier": smallest_noise_within(spent, epsilon_, 1e6, "the audited run cannot meet the claim")}
 
     def init_state(self, ctx: Context, stream: Stream) -> PostprocessState:
         zeros = torch.zeros(0, device=ctx.device)

@@ -12,7 +12,8 @@ alone.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -24,16 +25,32 @@ CONFIDENT_BIAS = 12.0  # the starting bias of the predicted class: soft predicti
 CANARY_SCALE = 10.0  # the canary's features, times the row's: its gradient is clipped
 
 
+@dataclass(frozen=True)
+class WorstCase:
+    """One release in the accountant's worst case, in normalised units: a Gaussian coordinate of noise 1 shifted by
+    ``gauss_mu`` and/or a Laplace cell of scale ``laplace_scale`` shifted by 1, present when the canary is in the
+    release's batch (probability q when ``sampled``, always otherwise). One inclusion draw covers both."""
+
+    gauss_mu: float | None
+    laplace_scale: float | None
+    sampled: bool = True
+
+
 @dataclass
 class AuditView:
-    """One step of an engine as the audit sees it.
+    """A run's releases as the audit sees them.
 
-    ``release(state, world, settings)`` returns (blocks, the engine's raw release); ``apply(state, settings, raw)``
-    the state after it. ``noise[block]`` is ("gauss", std per configuration) or ("laplace", scale per
-    configuration); ``bound[block]`` the largest norm of the canary's contribution to the block under the claim
-    (the L2 clipping norm of a Gaussian block, the L1 mass of a Laplace one). ``settings`` are the engine's K = 1
-    settings (a dataclass of K-vectors with ``seeds``, ``sampling_rate`` and ``private``), ``state`` the starting
-    state, ``worlds`` the engine data of "D", "D'" and "canary"."""
+    A run of T steps makes ``phases(T)`` releases (one per step by default; a view may add releases before the first
+    step or after the last). ``release(state, world, settings)`` returns (blocks, the engine's raw release) of the
+    next one; ``apply(state, settings, raw)`` the state after it. ``noise[block]`` is ("gauss", std) or ("laplace",
+    scale), the scale a vector per configuration or a function of the state (when the run's own earlier releases
+    set it); ``bound[block]`` the largest norm of the canary's contribution under the claim (the L2 clipping norm of
+    a Gaussian block, the L1 mass of a Laplace one). ``sampled(state)`` says whether the next release reads a
+    Poisson batch (the canary is then in it with probability q). ``settings`` are the engine's K = 1 settings (a
+    dataclass of K-vectors with ``seeds``, ``sampling_rate`` and ``private``), ``state`` the starting state,
+    ``worlds`` the data of "D", "D'" and "canary" (each with ``X``). ``worst_case(T)`` lists the releases of the
+    accountant's worst case, for the audit's ideal (by default one sampled release per step from ``noise`` and
+    ``bound``)."""
 
     release: Callable
     apply: Callable
@@ -44,7 +61,27 @@ class AuditView:
     worlds: dict
     expected_batch: float
     unobserved: str = ""  # what the claim covers that the view does not observe (named in the audit's note)
-    extra: dict = field(default_factory=dict)
+    phases: Callable[[int], int] = lambda steps: steps
+    sampled: Callable[[object], bool] = lambda state: True
+    worst: Callable[[int], list] | None = None
+    start: dict | None = None  # the auditor-chosen starting parameters, where the state does not hold them (for checks)
+
+    def scale(self, block: str, state, K: int) -> torch.Tensor:
+        """The noise scale of ``block`` for each of K runs in ``state``."""
+        scale = self.noise[block][1]
+        scale = scale(state) if callable(scale) else scale
+        return scale.repeat(K) if scale.numel() == 1 else scale
+
+    def worst_case(self, steps: int) -> list[WorstCase]:
+        if self.worst is not None:
+            return self.worst(steps)
+        mu2, lap = 0.0, None
+        for name, (kind, scale) in self.noise.items():
+            if kind == "gauss":
+                mu2 += (self.bound[name] / float(scale[0])) ** 2
+            else:
+                lap = float(scale[0]) / self.bound[name]
+        return [WorstCase(math.sqrt(mu2) if mu2 else None, lap)] * steps
 
     def repeated(self, seeds: torch.Tensor, **changes):
         """The settings for every seed in ``seeds`` (tensor fields repeated), with ``changes``."""

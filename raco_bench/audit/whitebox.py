@@ -95,6 +95,7 @@ class AuditResult:
     settings: dict  # what the audited runs used: q, expected batch, clipping, noise
     seconds: float
     unobserved: str = ""  # what the claim covers that the audit view does not observe
+    observed: tuple[str, ...] = ("gradient",)  # the release blocks the audit saw
 
     def summary(self) -> str:
         b = self.bound
@@ -114,10 +115,9 @@ class AuditResult:
     def note(self) -> str:
         """What the audit observed, and what of the claim it did not."""
         a = self.audit
-        hist = " and Laplace histogram" if "noise_std_histogram" in self.settings else ""
         unobserved = f"; the claim also covers {self.unobserved}, not observed" if self.unobserved else ""
         return (f"{a.steps}-step runs from an auditor-chosen start; canary = a training row with its label flipped and features "
-                f"x{CANARY_SCALE:g}; observed: every step's noisy gradient sum{hist}{unobserved}")
+                f"x{CANARY_SCALE:g}; observed: every noisy release ({', '.join(self.observed)}){unobserved}")
 
     def metrics(self) -> dict[str, float]:
         b = self.bound
@@ -149,9 +149,14 @@ def calibrated_run(audit: WhiteBoxAudit):
     method = get_method(audit.method)
     params = dict(audit.params)
     hyper = method.hyperparameters(params)
-    q = audit.sampling_rate if audit.sampling_rate is not None else min(1.0, hyper.batch_size / n_full)
-    params["batch_size"] = max(1, round(q * n))
-    q = params["batch_size"] / n
+    if hasattr(hyper, "batch_size"):  # q is kept as rows shrink; a full-batch method reads every row (q = 1)
+        q = audit.sampling_rate if audit.sampling_rate is not None else min(1.0, hyper.batch_size / n_full)
+        params["batch_size"] = max(1, round(q * n))
+        q = params["batch_size"] / n
+    elif audit.sampling_rate not in (None, 1.0):
+        raise ValueError(f"method {audit.method} reads every training row in every step (q = 1); drop --sampling-rate")
+    else:
+        q = 1.0
     params.update(method.audit_noise(method.hyperparameters(params), q, audit.steps, audit.epsilon, audit.delta))
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, steps=audit.steps,
                     checkpoint="last", device=audit.device, params=params,
@@ -163,8 +168,8 @@ def calibrated_run(audit: WhiteBoxAudit):
 
 
 def step_log_ratios(observed: dict, canary: dict, noise: dict) -> dict[str, torch.Tensor]:
-    """Per run, the claimed mechanism's log-likelihood ratio of the canary's presence in this step's release: per
-    release block and in total ("joint"), from the release minus the other records' part."""
+    """Per run, the claimed mechanism's log-likelihood ratio of the canary's presence in this release: per release
+    block and in total ("joint"), from the release minus the other records' part. ``noise[block]`` = (kind, scale per run)."""
     out = {}
     for name, (kind, scale) in noise.items():
         g, v = observed[name].double(), canary[name].double()
@@ -185,23 +190,25 @@ def mixture(log_ratio: torch.Tensor, q: float) -> torch.Tensor:
 
 
 def statistics(fam: AuditView, seeds: torch.Tensor, world: str, steps: int) -> dict[str, np.ndarray]:
-    """The candidate statistics of runs with ``seeds`` in ``world`` ("D" or "D'")."""
+    """The candidate statistics of runs with ``seeds`` in ``world`` ("D" or "D'"): the joint one and, when the view has
+    several release blocks, one per block."""
     q = float(fam.settings.sampling_rate[0])
     K = len(seeds)
     s = fam.repeated(seeds)
     replay = fam.repeated(seeds, private=False)
     alone = fam.repeated(seeds, private=False, sampling_rate=torch.ones_like(s.sampling_rate))
-    noise = {k: (kind, scale.repeat(K) if scale.numel() == 1 else scale) for k, (kind, scale) in fam.noise.items()}
     dev = seeds.device
     state = take_rows(fam.state, torch.zeros(K, dtype=torch.long, device=dev))
     total = {k: torch.zeros(K, dtype=torch.float64, device=dev) for k in ("joint", *fam.noise)}
-    for _ in range(steps):
+    for _ in range(fam.phases(steps)):
         blocks, raw = fam.release(state, world, s)
         others, _ = fam.release(state, "D", replay)
         canary, _ = fam.release(state, "canary", alone)
         observed = {k: blocks[k] - others[k] for k in blocks}
+        noise = {k: (fam.noise[k][0], fam.scale(k, state, K)) for k in blocks}
+        sampled = fam.sampled(state)
         for k, L in step_log_ratios(observed, canary, noise).items():
-            total[k] += mixture(L, q)
+            total[k] += mixture(L, q) if sampled else L
         state = fam.apply(state, s, raw)
     return {k: v.cpu().numpy() for k, v in total.items() if k == "joint" or len(total) > 2}  # one block: its statistic is the joint one
 
@@ -217,16 +224,17 @@ def _chunk(fam: AuditView, runs: int) -> int:
     return max(64, min(runs, int(budget / ((B + 8 * math.sqrt(B) + 16) * (X.shape[1] + 8) * 4))))
 
 
-def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | None = None, engine=None) -> AuditResult:
-    """Audit ``audit``'s configuration; ``progress(world, runs done)`` after each engine call; ``engine`` replaces the
-    engine module the method's audit view calls (the tests audit planted bugs)."""
+def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | None = None, engine=None, view: Callable | None = None) -> AuditResult:
+    """Audit ``audit``'s configuration; ``progress(world, runs done)`` after each engine call. The tests audit planted bugs:
+    ``engine`` replaces the engine module the method's audit view calls, ``view(run, canary_row)`` the view itself."""
     audit.validate()
     t0 = time.perf_counter()
     torch.manual_seed(audit.seed)
     run = calibrated_run(audit)
     require_record_level(run.ctx.privacy, audit.method)
     claimed = float(run.ctx.privacy["epsilon_spent"])
-    fam = run.method.audit_view(run, 0, engine)
+    fam = view(run, 0) if view is not None else run.method.audit_view(run, 0, engine)
+    fam.phases(audit.steps)  # a view that cannot observe this many steps refuses now, before any run
     chunk = _chunk(fam, audit.runs)
     stats: dict[str, dict[str, list]] = {"D": {}, "D'": {}}
     for w, world in enumerate(("D", "D'")):
@@ -242,40 +250,35 @@ def run_whitebox(audit: WhiteBoxAudit, progress: Callable[[str, int], None] | No
     s = fam.settings
     details = run.ctx.privacy
     settings = {"sampling_rate": float(s.sampling_rate[0]), "expected_batch": fam.expected_batch, "training_rows": int(fam.worlds["D"].X.shape[0]),
-                **{f"noise_std_{k}": float(v[1][0]) for k, v in fam.noise.items()},
+                **{f"noise_std_{k}": float(v[1][0]) for k, v in fam.noise.items() if not callable(v[1])},
                 **{k: float(details[k]) for k in ("noise_multiplier", "laplace_scale") if k in details}}
     ideal = ideal_epsilon(fam, audit)
-    return AuditResult(audit, bound, claimed, ideal, name, bound.point_epsilon, settings, time.perf_counter() - t0, fam.unobserved)
+    return AuditResult(audit, bound, claimed, ideal, name, bound.point_epsilon, settings, time.perf_counter() - t0, fam.unobserved, tuple(fam.noise))
 
 
 def ideal_epsilon(fam: AuditView, audit: WhiteBoxAudit) -> AuditBound:
     """The audit's bound on runs drawn from the accountant's worst case (the same runs, statistic and bound):
-    every Gaussian release sees the canary at exactly its clipping norm, the histogram its whole unit mass in
-    one cell, each step's inclusion Bernoulli(q). What this many runs can show for a mechanism that spends
-    exactly its claim; the audit of the real engine is tight when it comes near."""
-    s = fam.settings
-    q = float(s.sampling_rate[0])
+    every Gaussian release sees the canary at exactly its clipping norm, a Laplace release its whole unit mass in
+    one cell, each sampled release's inclusion Bernoulli(q) (:meth:`AuditView.worst_case`). What this many runs can
+    show for a mechanism that spends exactly its claim; the audit of the real engine is tight when it comes near."""
+    q = float(fam.settings.sampling_rate[0])
     gen = np.random.default_rng(audit.seed + 7)
-    mu2 = 0.0
-    lap = None
-    for name, (kind, scale) in fam.noise.items():
-        if kind == "gauss":
-            mu2 += (fam.bound[name] / float(scale[0])) ** 2
-        else:
-            lap = float(scale[0]) / fam.bound[name]
-    # the worst case in normalised units: one Gaussian coordinate (noise 1, contribution μ) and one histogram cell
-    n, mu = audit.runs, math.sqrt(mu2)
+    n = audit.runs
     ones = torch.ones(n, dtype=torch.float64)
-    noise = {"gradient": ("gauss", ones)} | ({"histogram": ("laplace", lap * ones)} if lap is not None else {})
-    canary = {"gradient": torch.full((n, 1), mu, dtype=torch.float64), "histogram": torch.ones(n, 1, dtype=torch.float64)}
     out = {}
     for world in (0, 1):
         total = torch.zeros(n, dtype=torch.float64)
-        for _ in range(audit.steps):
-            inc = torch.as_tensor((gen.random(n) < q) if world else np.zeros(n, bool), dtype=torch.float64)
-            observed = {"gradient": torch.as_tensor(gen.standard_normal(n))[:, None] + mu * inc[:, None]}
-            if lap is not None:
-                observed["histogram"] = torch.as_tensor(gen.laplace(0.0, lap, n))[:, None] + inc[:, None]
-            total += mixture(step_log_ratios(observed, canary, noise)["joint"], q)  # the statistic the real runs get
+        for w in fam.worst_case(audit.steps):
+            p = q if w.sampled else 1.0
+            inc = torch.as_tensor((gen.random(n) < p) if world else np.zeros(n, bool), dtype=torch.float64)
+            observed, canary, noise = {}, {}, {}
+            if w.gauss_mu is not None:
+                observed["gradient"] = torch.as_tensor(gen.standard_normal(n))[:, None] + w.gauss_mu * inc[:, None]
+                canary["gradient"], noise["gradient"] = torch.full((n, 1), w.gauss_mu, dtype=torch.float64), ("gauss", ones)
+            if w.laplace_scale is not None:
+                observed["histogram"] = torch.as_tensor(gen.laplace(0.0, w.laplace_scale, n))[:, None] + inc[:, None]
+                canary["histogram"], noise["histogram"] = torch.ones(n, 1, dtype=torch.float64), ("laplace", w.laplace_scale * ones)
+            L = step_log_ratios(observed, canary, noise)["joint"]  # the statistic the real runs get
+            total += mixture(L, q) if w.sampled else L
         out[world] = total.numpy()
     return audit_best({"joint": (out[0], out[1])}, audit.delta, audit.confidence)[1]

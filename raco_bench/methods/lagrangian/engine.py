@@ -203,7 +203,7 @@ def pack_step(state: PackState, data: PackData, s: PackSettings, rates: Compiled
 
 
 @dataclass(frozen=True)
-class StepRelease:
+class PackRelease:
     """What one step releases for every configuration of a pack (lines 3 and 6): the noisy sums of clipped
     gradients and the noisy histogram Ĥ, with the Γ̂ computed from it (line 8). Everything after is
     post-processing (:func:`apply_release`). The white-box audit (:mod:`raco_bench.audit.whitebox`) reads it."""
@@ -215,7 +215,7 @@ class StepRelease:
 
 
 def step_release(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
-                 budget: int | None = None) -> StepRelease:
+                 budget: int | None = None) -> PackRelease:
     """Lines 1–8 of step ``state.step + 1`` for every configuration (all within their T), in :func:`chunks`."""
     products = products or rows_for(data.X.device)
     budget = budget or chunk_budget(data.X.device)
@@ -225,7 +225,7 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     groups = chunks(widths, slot_bytes(data, products), budget)
     if len(groups) == 1:
         grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, products)
-        return StepRelease(grad_w, grad_b, H, estimates)
+        return PackRelease(grad_w, grad_b, H, estimates)
     grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
     constrained = s.constrained and rates is not None
     estimates = torch.empty_like(state.estimates) if constrained else None
@@ -236,10 +236,10 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
         grad_w[idx], grad_b[idx] = gw, gb
         if est is not None:
             estimates[idx], H[idx] = est, hist.to(H.dtype)
-    return StepRelease(grad_w, grad_b, H, estimates)
+    return PackRelease(grad_w, grad_b, H, estimates)
 
 
-def apply_release(state: PackState, s: PackSettings, release: StepRelease) -> PackState:
+def apply_release(state: PackState, s: PackSettings, release: PackRelease) -> PackState:
     """Lines 7 and 9: the primal step from the released gradient sums and the dual step from Γ̂."""
     step_size = -s.lr / s.expected_batch  # line 7: divide by B
     weight = state.weight + step_size[:, None, None] * release.grad_w
@@ -266,12 +266,16 @@ def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRate
 # ---------------------------------------------------------------- the engine the pack driver builds
 
 
-def lagrangian_settings(runs: list) -> PackSettings:
-    """The per-configuration numbers of ``runs`` (all members of one Lagrangian method)."""
+def lagrangian_settings(runs: list, constrained: bool | None = None, private: bool | None = None) -> PackSettings:
+    """The per-configuration numbers of ``runs``: members of one Lagrangian method, or of a method whose plan holds the
+    family's step settings (``plan.settings``, e.g. DP post-processing's DP-SGD base; then say ``constrained`` and
+    ``private``)."""
     dev = runs[0].ctx.device
     vec = lambda values, dtype=torch.float32: vector(runs, values, dtype)  # noqa: E731
     st = [r.ctx.plan.settings for r in runs]
     method = runs[0].method
+    constrained = method.constrained if constrained is None else constrained
+    private = method.private if private is None else private
     return PackSettings(
         seeds=vec([r.ctx.stream_id for r in runs], torch.int64),
         steps=vec([r.ctx.steps for r in runs], torch.int64),
@@ -287,9 +291,9 @@ def lagrangian_settings(runs: list) -> PackSettings:
         lambda_max=vec([s.lambda_max if s.lambda_max is not None else INF for s in st]),
         dual_momentum=vec([s.dual_momentum for s in st]),
         clip_constraint_value=vec([s.clip_constraint_value for s in st], torch.bool),
-        gamma=torch.stack([r.ctx.rates.gamma for r in runs]) if method.constrained else torch.zeros(len(runs), 0, device=dev),
-        private=method.private,
-        constrained=method.constrained,
+        gamma=torch.stack([r.ctx.rates.gamma for r in runs]) if constrained else torch.zeros(len(runs), 0, device=dev),
+        private=private,
+        constrained=constrained,
         source=runs[0].ctx.source,
     )
 
