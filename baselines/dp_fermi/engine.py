@@ -158,8 +158,8 @@ class FermiEngine(Engine):
     """DP-FERMI as a pack."""
 
     @classmethod
-    def pack_key(cls, run) -> str:
-        return run.ctx.hyper.privacy  # one privacy mode per pack
+    def pack_key(cls, run) -> tuple:
+        return run.ctx.hyper.privacy, tuple(run.ctx.plan.data.table.shape)  # one privacy mode and tensor layout per pack
 
     def __init__(self, runs: list, products: RowProducts | None = None) -> None:
         first = runs[0]

@@ -47,10 +47,9 @@ def pack_blocker(run: Run) -> str | None:
 
 
 def _compatible(a: Run, b: Run) -> bool:
-    pa, pb = a.ctx.plan, b.ctx.plan
     same_rates = (a.ctx.rates is None) == (b.ctx.rates is None) and (
         a.ctx.rates is None or (torch.equal(a.ctx.rates.membership, b.ctx.rates.membership) and torch.equal(a.ctx.rates.weights, b.ctx.rates.weights)))
-    return (type(a.method) is type(b.method) and a.ctx.dataset is b.ctx.dataset and pa.data.table.shape == pb.data.table.shape
+    return (type(a.method) is type(b.method) and a.ctx.dataset is b.ctx.dataset
             and a.ctx.device == b.ctx.device and a.ctx.source is b.ctx.source and same_rates and set(a.evals) == set(b.evals)
             and a.method.engine.pack_key(a) == b.method.engine.pack_key(b))
 

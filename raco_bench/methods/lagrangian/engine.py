@@ -307,6 +307,10 @@ class LagrangianEngine(Engine):
             return "histogram_batch=independent has no batched engine yet"
         return super().blocker(run)
 
+    @classmethod
+    def pack_key(cls, run) -> tuple:
+        return tuple(run.ctx.plan.data.table.shape)  # one layout of the training tensors per pack
+
     def __init__(self, runs: list, products: RowProducts | None = None) -> None:
         first = runs[0]
         self.settings = lagrangian_settings(runs)
