@@ -51,7 +51,7 @@ def make_ctx(method, constraint: str = "demographic-parity", **run) -> Context:
     ds = synthetic()
     cfg = RunConfig(dataset=ds.name, method=method.name, constraint=constraint, delta=DELTA, **run)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
-    ctx = Context(dataset=ds, run=cfg, hyper=method.hyperparameters(cfg.params), problem=problem, rates=problem.compile("cpu"),
+    ctx = Context(dataset=ds, config=cfg, hyper=method.hyperparameters(cfg.params), problem=problem, rates=problem.compile("cpu"),
                   device=torch.device("cpu"), cache=CalibrationCache(path=None))
     method.prepare(ctx)
     return ctx
@@ -119,7 +119,7 @@ def check_pfld_accountant(mod):
     reference = revealed_batch_epsilon(ctx.steps, h.batch_size / ctx.n_train, plan.sigma_primal,
                                        E / plan.sigma_dual**2 + 2 / h.count_noise**2, DELTA)
     assert abs(ctx.privacy["epsilon_spent"] - reference) <= 0.005 * reference, (ctx.privacy["epsilon_spent"], reference)
-    assert ctx.privacy["epsilon_spent"] <= ctx.run.epsilon
+    assert ctx.privacy["epsilon_spent"] <= ctx.config.epsilon
 
 
 def check_pfld_primal_noise(mod):
@@ -210,10 +210,10 @@ def check_postprocess_accountant(mod):
     h = ctx.hyper
     q = h.batch_size / ctx.n_train
     events = [(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(h.noise_multiplier)), ctx.steps),
-              (dp_accounting.LaplaceDpEvent(1 / (h.histogram_share * ctx.run.epsilon)), 1)]
+              (dp_accounting.LaplaceDpEvent(1 / (h.histogram_share * ctx.config.epsilon)), 1)]
     reference = gaussian_epsilon_dp_accounting(events, DELTA)
     assert abs(ctx.privacy["epsilon_spent"] - reference) <= 0.01 * reference, (ctx.privacy["epsilon_spent"], reference)
-    assert ctx.privacy["epsilon_spent"] <= ctx.run.epsilon
+    assert ctx.privacy["epsilon_spent"] <= ctx.config.epsilon
     spent = mod.postprocess_epsilon(None, 0, 2 / 0.7, 2.0, DELTA, relation="replace")  # sensitive-attribute: pure 0.7-DP
     assert abs(spent - 0.7) <= 0.01, spent
 
@@ -333,7 +333,8 @@ MUTATIONS = {
     "pf-ld: normalisers from the exact counts": ("pf_ld", [("stream, counts.clamp_min(1.0))", "stream, plan.counts.clamp_min(1.0))")]),
     "pf-ld: count release left out of the accountant": ("pf_ld", [("fixed_mu2=COUNT_SENSITIVITY**2 / hyper.count_noise**2", "fixed_mu2=0.0")]),
     "dp-postprocess: histogram without noise": ("dp_postprocess", [("return counts + scale * stream.laplace(", "return counts + 0 * stream.laplace(")]),
-    "dp-postprocess: histogram scale from the whole epsilon": ("dp_postprocess", [("1.0 / (h.histogram_share * run.epsilon)", "1.0 / run.epsilon")]),
+    "dp-postprocess: histogram scale from the whole epsilon": ("dp_postprocess", [("        return 1.0 / (hyper.histogram_share * epsilon)",
+                                                                                              "        return 1.0 / epsilon")]),
     "dp-postprocess: sensitivity 1 for a group flip": ("dp_postprocess", [
         ("2.0 / (run.epsilon - selection_eps), 2.0", "1.0 / (run.epsilon - selection_eps), 2.0")]),
     "dp-postprocess: accountant drops the histogram": ("dp_postprocess", [("pld = pld.compose(step_pld(mech).self_compose(steps))",

@@ -116,18 +116,18 @@ def prepared(adult):
 def check_events_state_the_run(method, run) -> None:
     """The events of ``method`` (the real plugin or a mutant's) for the prepared ``run`` (prepared by the real plugin)."""
     ctx = run.ctx
-    budget = Budget(ctx.run.epsilon, ctx.run.delta, ctx.run.max_steps, ctx.steps, ctx.run.selection)
+    budget = Budget(ctx.config.epsilon, ctx.config.delta, ctx.config.max_steps, ctx.steps, ctx.config.selection)
     event = method.privacy_event(ctx.hyper, ctx.n_train, budget)
     reported = float(ctx.privacy["epsilon_spent"])
     if method.name != "budget-tailoring":
-        assert events.epsilon(event, ctx.run.delta) == pytest.approx(reported, rel=2e-3), f"{method.name}: events' epsilon vs the reported one"
+        assert events.epsilon(event, ctx.config.delta) == pytest.approx(reported, rel=2e-3), f"{method.name}: events' epsilon vs the reported one"
         return
     z = ctx.plan.budget  # the ρ the method's noise is calibrated from, release by release
     curve = events.rdp(event)
-    sel = ctx.run.selection
+    sel = ctx.config.selection
     expected = np.array(ORDERS) * (z.counts + z.stage1 + z.stage2) + sel.count * laplace_rdp(sel.laplace_scale)
     assert np.allclose(curve, expected, rtol=1e-9), f"{method.name}: events' RDP vs its rho accounting"
-    assert events.epsilon(event, ctx.run.delta, "rdp") <= reported * (1 + 1e-9)
+    assert events.epsilon(event, ctx.config.delta, "rdp") <= reported * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("name", list(RUNS))

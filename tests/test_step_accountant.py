@@ -67,7 +67,7 @@ def planned(method, constraint: str, **run) -> Context:
     cfg = RunConfig(dataset=ds.name, method=method.name, constraint=constraint, delta=DELTA, randomness="reproducible", **run)
     hyper = method.hyperparameters(cfg.params)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
-    ctx = Context(dataset=ds, run=cfg, hyper=hyper, problem=problem, rates=problem.compile("cpu"), device=torch.device("cpu"),
+    ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile("cpu"), device=torch.device("cpu"),
                   cache=CalibrationCache(path=None), stream_id=stream_id(cfg, dataclasses.asdict(hyper)))
     method.prepare(ctx)
     return ctx
@@ -82,7 +82,7 @@ def accounted_mechanism(ctx: Context) -> StepMechanism:
     p = ctx.privacy
     mech = StepMechanism(sampling_rate=p["sampling_rate"], noise_multiplier=p["noise_multiplier"], laplace_scale=p.get("laplace_scale"),
                          histogram_batch=p.get("histogram_batch", "shared"))
-    assert epsilon(mech, ctx.steps, ctx.run.delta, ctx.run.selection) == pytest.approx(p["epsilon_spent"], rel=1e-9)
+    assert epsilon(mech, ctx.steps, ctx.config.delta, ctx.config.selection) == pytest.approx(p["epsilon_spent"], rel=1e-9)
     return mech
 
 
@@ -139,7 +139,7 @@ def check_fermi_counts(module) -> None:
     method = module.DPFermi()
     ctx = planned(method, **FERMI_RUN)
     h = ctx.hyper
-    plan = method.privacy_plan(h, ctx.n_train, ctx.steps, ctx.run.selection)
+    plan = method.privacy_plan(h, ctx.n_train, ctx.steps, ctx.config.selection)
     assert plan.count_noise == ctx.privacy["count_noise"]
     assert plan_epsilon(plan, ctx.privacy["noise_multiplier"], DELTA) == pytest.approx(ctx.privacy["epsilon_spent"], rel=1e-9)
     noise = torch.stack([method.init_state(ctx, Stream(i)).released_counts - ctx.plan.counts for i in range(FERMI_RELEASES)])

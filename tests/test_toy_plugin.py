@@ -6,8 +6,8 @@ and audited by the white-box audit, through the suite's unchanged core."""
 
 from __future__ import annotations
 
-import pytest
 import numpy as np
+import pytest
 
 from raco_bench.methods import REGISTRY
 

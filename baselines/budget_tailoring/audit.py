@@ -160,7 +160,7 @@ def tailoring_view(run, row: int, module=None) -> AuditView:
         return [WorstCase(math.sqrt(2 * rho_gauss), None, sampled=False)]  # every Gaussian release together, at its claim
 
     return AuditView(release, apply, noise, bound, state, settings, {k: w.ctx.plan for k, w in worlds.items()}, float(len(plan.X)),
-                     unobserved="the private checkpoint selection" if ctx.run.selection is not None else "",
+                     unobserved="the private checkpoint selection" if ctx.config.selection is not None else "",
                      phases=lambda steps: (3 if tailored else 2) if steps == 1 else _one_step(steps), sampled=lambda state: False, worst=worst, start=start)
 
 

@@ -254,7 +254,7 @@ class BudgetTailoring(Method):
         return None  # full batch
 
     def prepare(self, ctx: Context) -> None:
-        h, ds, run, dev = ctx.hyper, ctx.dataset, ctx.run, ctx.device
+        h, ds, run, dev = ctx.hyper, ctx.dataset, ctx.config, ctx.device
         if ds.n_classes != 2:
             raise ValueError(f"budget-tailoring's stage 1 fits the label linearly; dataset {ds.name!r} has {ds.n_classes} classes (binary only)")
         T = run.steps or min(h.default_steps, run.max_steps)

@@ -70,5 +70,5 @@ def postprocess_view(run, row: int, module=None) -> AuditView:
 
     return AuditView(release, apply, {"gradient": ("gauss", settings.noise_std), "histogram": ("laplace", scale)},
                      {"gradient": float(settings.clip_norm[0]), "histogram": 1.0}, state, settings, worlds, float(settings.expected_batch[0]),
-                     unobserved="the private checkpoint selection" if ctx.run.selection is not None else "",
+                     unobserved="the private checkpoint selection" if ctx.config.selection is not None else "",
                      phases=lambda steps: steps + 1, sampled=lambda state: state.step < T, worst=worst)

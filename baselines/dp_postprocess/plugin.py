@@ -210,7 +210,7 @@ class DPPostprocess(Method):
         return {"steps": int(value)}
 
     def prepare(self, ctx: Context) -> None:
-        h, ds, run = ctx.hyper, ctx.dataset, ctx.run
+        h, ds, run = ctx.hyper, ctx.dataset, ctx.config
         if ds.n_classes != 2:
             raise ValueError(f"dp-postprocess derives a binary predictor; dataset {ds.name!r} has {ds.n_classes} classes")
         q = check_batch(ctx, h.batch_size)

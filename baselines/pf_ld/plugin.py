@@ -209,7 +209,7 @@ class PFLD(Method):
         return {"steps": problem.steps, "params": {"noise_multiplier": value}}
 
     def prepare(self, ctx: Context) -> None:
-        h, ds, run = ctx.hyper, ctx.dataset, ctx.run
+        h, ds, run = ctx.hyper, ctx.dataset, ctx.config
         reason = self.supports(run.constraint)
         if reason:
             raise ValueError(reason)

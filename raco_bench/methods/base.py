@@ -90,7 +90,7 @@ class Context:
     typed, frozen plan (model, tensors, resolved settings), set by :meth:`Method.prepare`."""
 
     dataset: TabularDataset
-    run: Any  # RunConfig
+    config: Any  # the run's RunConfig (ctx.config.seed, ctx.config.epsilon, ...)
     hyper: Any  # the method's Hyper instance
     problem: RateProblem  # the run's rate constraints (every method is evaluated on them)
     rates: CompiledRates
@@ -112,7 +112,7 @@ class Context:
 
     @property
     def budget(self) -> Budget:
-        return Budget.of(self.run)
+        return Budget.of(self.config)
 
 
 class Method(ABC):

@@ -26,7 +26,7 @@ def batch_choices(n_train: int) -> list[int]:
 
 def plan_steps(ctx: Context, problem: StepsProblem | None, default_steps: int) -> int:
     """T: the run's steps (checked against the budget), or the largest the (ε, δ) budget allows."""
-    run = ctx.run
+    run = ctx.config
     if problem is None:
         return run.steps or min(default_steps, run.max_steps)
     mech = problem.mechanism

@@ -63,7 +63,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     for r in runs:
         why = pack_blocker(r)
         if why is not None:
-            raise ValueError(f"run {r.ctx.run.method} seed {r.ctx.run.seed} cannot join a pack: {why}")
+            raise ValueError(f"run {r.ctx.config.method} seed {r.ctx.config.seed} cannot join a pack: {why}")
         if not _compatible(runs[0], r):
             raise ValueError("a pack holds runs of one method (and one engine key, e.g. a privacy mode) on the same training data, constraints, "
                              "device and word source "

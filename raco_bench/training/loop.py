@@ -98,7 +98,7 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
         raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
-    ctx = Context(dataset=ds, run=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
+    ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
                   source=source, stream_id=stream_id(cfg, asdict(hyper)))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
@@ -140,7 +140,7 @@ class RunRecorder:
     result either way."""
 
     def __init__(self, run: Run, show: Callable[[dict], None] | None = None) -> None:
-        ctx, cfg = run.ctx, run.ctx.run
+        ctx, cfg = run.ctx, run.ctx.config
         self.run, self.show, self.T = run, show, ctx.steps
         self.history: list[dict] = []
         self.selected: dict | None = None
@@ -171,7 +171,7 @@ class RunRecorder:
 
     def observe(self, t: int, params: dict, metrics: dict[str, dict], report: dict, val_logits: torch.Tensor | None) -> None:
         """Record the evaluation at step ``t``: ``metrics`` per split, the method's ``report``, the validation logits."""
-        cfg = self.run.ctx.run
+        cfg = self.run.ctx.config
         if t in self.select_at and self.selector.observe(t, val_logits, self.run.evals["val"]):
             self.private_params = snapshot(params)
         entry: dict[str, Any] = {"step": t, "total": self.T, **metrics, **report}
@@ -187,7 +187,7 @@ class RunRecorder:
 
     def result(self, final_params: dict, step_time: float) -> RunResult:
         run, ctx = self.run, self.run.ctx
-        cfg, ds, T, history = ctx.run, ctx.dataset, self.T, self.history
+        cfg, ds, T, history = ctx.config, ctx.dataset, self.T, self.history
         selected = self.selected
         if selected is not None:
             selected["label"] = SELECTION_LABEL

@@ -72,7 +72,7 @@ class ToyDPSGD(Method):
         ctx.steps = plan_steps(ctx, self.calibration(h, ctx.n_train, ctx.budget), h.default_steps)
         ctx.plan = ToyPlan(LogisticRegression(ds.n_features, ds.n_classes), torch.as_tensor(ds.train.X, device=ctx.device),
                            torch.as_tensor(ds.train.y, device=ctx.device), q)
-        run = ctx.run
+        run = ctx.config
         spent = events.epsilon(self.privacy_event(h, ctx.n_train, Budget(run.epsilon, run.delta, run.max_steps, ctx.steps, run.selection)), run.delta)
         ctx.privacy = PrivacyPlan(True, "record-level add/remove DP", "mechanism events, PLD", run.delta, ctx.steps, run.epsilon, spent).as_dict()
 

@@ -184,7 +184,7 @@ class LagrangianSGDA(Method):
         ctx.privacy = self._privacy(ctx, problem.mechanism if problem else None).as_dict()
 
     def _privacy(self, ctx: Context, mech: StepMechanism | None) -> PrivacyPlan:
-        run, T = ctx.run, ctx.steps
+        run, T = ctx.config, ctx.steps
         if mech is None:
             return PrivacyPlan.none(T, run.delta)
         joint = mech.laplace_scale is not None and mech.histogram_batch == "shared"
