@@ -27,6 +27,7 @@ import torch
 from torch.func import grad, vmap
 
 from raco_bench.objective import lagrangian_residual, lagrangian_value
+from raco_bench.privacy import clip_noise
 from raco_bench.privacy.counter_rng import INIT, Stream
 
 Params = dict[str, torch.Tensor]
@@ -46,7 +47,7 @@ class Batch:
 def _clip_factors(norms: torch.Tensor, clip: float | None) -> torch.Tensor:
     if clip is None:
         return torch.ones_like(norms)
-    return (clip / norms.clamp_min(1e-12)).clamp(max=1.0)
+    return clip_noise.clip_factors(norms.square(), clip)
 
 
 def _uniform_init(stream: Stream, shapes: dict[str, tuple[int, ...]], fan_in: dict[str, int]) -> Params:
@@ -82,7 +83,7 @@ class LogisticRegression:
             if sq_norms is None:
                 sq_norms = X.pow(2).sum(1) + 1.0
             # clip factor min(1, C/‖g_i‖) with ‖g_i‖² = ‖r_i‖²(‖x_i‖² + 1); a zero norm gives factor 1
-            factor = torch.rsqrt(residual.square().sum(1) * sq_norms).mul_(clip).clamp_(max=1.0)
+            factor = clip_noise.clip_factors(residual.square().sum(1) * sq_norms, clip)
             residual = residual * factor[:, None]
         return {"weight": residual.T @ X, "bias": residual.sum(0)}
 

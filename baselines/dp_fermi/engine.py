@@ -17,6 +17,7 @@ import torch
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import RowProducts, rows_for
 from raco_bench.packs.tensors import chunks, put_rows, softmax, take_rows
+from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.tensors import TrainData
 
@@ -117,14 +118,13 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     residual = F - table[..., :c]
     residual = torch.addcmul(residual, F, coef - (coef * F).sum(-1, keepdim=True))
     norms_sq = residual.square().sum(-1) * table[..., c]
-    factor = torch.rsqrt(norms_sq).mul_(s.clip_theta[:, None]).clamp_(max=1.0) * mask
+    factor = clip_noise.clip_factors(norms_sq, s.clip_theta[:, None], mask)
     residual = residual * factor[..., None]
     grad_w = batch.gradient_sums(residual.permute(2, 0, 1))
     grad_b = residual.sum(1)
     # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form
     inner = colsq[k_index, cb] - 2.0 * ipb[..., None] * state.W[k_index, cb, sb] + (ipb**2)[..., None]
-    norms = 2.0 * torch.sqrt((F**2 * inner).sum(-1).clamp_min(0.0))
-    weight = (s.clip_w[:, None] / norms.clamp_min(1e-12)).clamp(max=1.0) * mask
+    weight = clip_noise.clip_factors(4.0 * (F**2 * inner).sum(-1).clamp_min(0.0), s.clip_w[:, None], mask)  # ‖∇_W ψ̂_i‖ = 2√(…)
     wF = weight[..., None] * F  # K × M × c
     ctx_onehot = torch.nn.functional.one_hot(cb, n_ctx).to(F.dtype)  # K × M × contexts
     cell_onehot = torch.nn.functional.one_hot(cb * G + sb, n_ctx * G).to(F.dtype)
@@ -134,9 +134,8 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     if s.private:
         d = grad_w.shape[2]
         z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + n_ctx * G * c).to(grad_w.dtype)
-        grad_w = grad_w + s.noise_theta[:, None, None] * z[:, : c * d].view_as(grad_w)
-        grad_b = grad_b + s.noise_theta[:, None] * z[:, c * d : c * d + c]
-        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)
+        grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_theta, z[:, : c * d + c])
+        (gW,) = clip_noise.add_gaussian([gW], s.noise_w, z[:, c * d + c :])
     return FermiRelease(grad_w, grad_b, gW)
 
 

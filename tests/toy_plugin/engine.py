@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.packs.engine import Engine, vector
+from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 
 
@@ -46,14 +47,13 @@ def release(state: ToyState, X: torch.Tensor, y: torch.Tensor, s: ToySettings) -
     x = X[rows]  # K × M × d
     z = torch.einsum("kmd,kcd->kmc", x, state.weight) + state.bias[:, None]
     r = torch.softmax(z, -1) - torch.nn.functional.one_hot(y[rows], z.shape[-1]).to(z.dtype)  # ∂CE/∂z
-    norms = r.norm(dim=-1) * torch.sqrt(x.square().sum(-1) + 1.0)
-    r = r * ((s.clip[:, None] / norms.clamp_min(1e-12)).clamp(max=1.0) * valid)[..., None]
+    norms_sq = r.square().sum(-1) * (x.square().sum(-1) + 1.0)  # ‖r ⊗ [x; 1]‖²
+    r = r * clip_noise.clip_factors(norms_sq, s.clip[:, None], valid)[..., None]
     grad_w, grad_b = torch.einsum("kmc,kmd->kcd", r, x), r.sum(1)
     if s.private:
-        c, d = grad_w.shape[1:]
+        c, d = grad_w.shape[1:]  # noise: c·d weight entries, then c biases
         noise = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c).to(grad_w.dtype)
-        grad_w = grad_w + s.noise_std[:, None, None] * noise[:, : c * d].view_as(grad_w)
-        grad_b = grad_b + s.noise_std[:, None] * noise[:, c * d :]
+        grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_std, noise)
     return ToyRelease(grad_w, grad_b)
 
 

@@ -26,6 +26,7 @@ from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, rows_for
 from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
+from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.tensors import TrainData
 
@@ -173,15 +174,12 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
         residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
     residual = residual * temperature
     norms_sq = residual.square().sum(0) * sq_norms
-    factor = torch.rsqrt(norms_sq).mul_(s.clip_norm[idx, None]).clamp_(max=1.0) * mask
+    factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx, None], mask)
     residual = residual * factor
     grad_w = batch.gradient_sums(residual)
     grad_b = residual.sum(2).T
     if s.private:
-        d = grad_w.shape[2]
-        z = noise.gaussian[idx].to(grad_w.dtype)
-        grad_w = grad_w + s.noise_std[idx, None, None] * z[:, : c * d].view_as(grad_w)
-        grad_b = grad_b + s.noise_std[idx, None] * z[:, c * d :]
+        grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))
     return grad_w, grad_b, estimates, H
 
 
