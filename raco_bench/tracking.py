@@ -18,6 +18,7 @@ per sweep script, a parent run per phase, a child run per trial).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -495,6 +496,21 @@ def create_finished_runs(uri: str, experiment_id: str, records: list[RunRecord])
         retry(lambda: c.set_terminated(run.info.run_id, "FINISHED"))
         ids.append(run.info.run_id)
     return ids
+
+
+def log_records(uri: str, experiment: str, parent: RunRecord, children: list[RunRecord] | None = None) -> str:
+    """A result outside the sweeps (an audit, a benchmark): ``parent`` as a finished run of ``experiment`` and each of
+    ``children`` as a finished run under it. The one way such records reach MLflow. Returns the parent's id."""
+    use_wal(uri)
+    exp = get_or_create_experiment(uri, experiment)
+    (pid,) = create_finished_runs(uri, exp, [parent])
+    create_finished_runs(uri, exp, [dataclasses.replace(c, tags={**c.tags, "mlflow.parentRunId": pid}) for c in children or []])
+    return pid
+
+
+def log_text(uri: str, run_id: str, text: str, path: str) -> None:
+    """A text artifact of a run (a summary, a JSON list), retried."""
+    retry(lambda: client(uri).log_text(run_id, text, path))
 
 
 def logged_models(uri: str, experiment_id: str, run_id: str) -> list:

@@ -17,19 +17,10 @@ COLUMNS = ["audit", "variant", "method", "dataset", "epsilon_claimed", "epsilon_
 def log_audit(uri: str, kind: str, params: dict, metrics: dict[str, float], note: str, experiment: str = AUDIT_EXPERIMENT) -> str:
     """One finished run holding an audit: ``kind`` (whitebox, one-run, preprocessing), its settings as params,
     the claimed and audited ε as metrics, and ``note`` (what it observed and what it claims) as a tag."""
-    from mlflow.entities import Metric, Param, RunTag
-
-    tracking.use_wal(uri)
-    c = tracking.client(uri)
-    exp = tracking.get_or_create_experiment(uri, experiment)
     name = f"audit {kind} {params.get('method', '')} eps={params.get('epsilon', '')}".strip()
-    run = tracking.retry(lambda: c.create_run(exp, tags={tracking.KIND: AUDIT_KIND, "audit.kind": kind}, run_name=name))
-    rid = run.info.run_id
-    values = [Metric(k, float(v), 0, 0) for k, v in metrics.items() if v is not None and v == v and abs(float(v)) != float("inf")]
-    tracking.retry(lambda: c.log_batch(rid, metrics=values, params=[Param(k, str(v)) for k, v in params.items()],
-                                      tags=[RunTag("audit.note", note[:4900])]))
-    tracking.retry(lambda: c.set_terminated(rid, "FINISHED"))
-    return rid
+    values = {k: float(v) for k, v in metrics.items() if v is not None}
+    tags = {tracking.KIND: AUDIT_KIND, "audit.kind": kind, "audit.note": note[:4900]}
+    return tracking.log_records(uri, experiment, tracking.RunRecord(name, tags, params, values))
 
 
 def load_audits(uri: str, experiment: str = AUDIT_EXPERIMENT) -> pd.DataFrame | None:

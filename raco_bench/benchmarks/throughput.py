@@ -142,24 +142,14 @@ def format_report(out: dict, hw: str) -> str:
 
 
 def log(uri: str, out: dict, hw: str) -> str:
-    from mlflow.entities import Metric, Param
-
-    c = tracking.client(uri)
-    exp = tracking.get_or_create_experiment(uri, EXPERIMENT)
     (ra, rp), (da, dp) = out["step_cost"][DEFAULT_METHOD], out["step_cost"][timing_reference()]
-    parent = c.create_run(exp, tags={tracking.KIND: "throughput", "hardware": hw}, run_name=f"throughput {hw}")
     _, rr = out["step_cost"]["reproducible"]
-    c.log_batch(parent.info.run_id, metrics=[Metric("pack_step_ratio_raco_dp", rp / ra, 0, 0), Metric("pack_step_ratio_dp_sgd", dp / da, 0, 0),
-                                             Metric("raco_dp_over_dp_sgd_in_pack", rp / dp, 0, 0),
-                                             Metric("secret_over_reproducible_in_pack", rp / rr, 0, 0)],
-                params=[Param("largest_pack", str(out["largest"]))])
-    for r in out["rows"]:
-        child = c.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, tracking.KIND: "throughput-row"}, run_name=f"pack size {r['pack_size']}")
-        c.log_batch(child.info.run_id, params=[Param("pack_size", str(r["pack_size"])), Param("hardware", hw)],
-                    metrics=[Metric(k, float(v), 0, 0) for k, v in r.items() if k != "pack_size"])
-        c.set_terminated(child.info.run_id)
-    c.set_terminated(parent.info.run_id)
-    return parent.info.run_id
+    metrics = {"pack_step_ratio_raco_dp": rp / ra, "pack_step_ratio_dp_sgd": dp / da, "raco_dp_over_dp_sgd_in_pack": rp / dp,
+               "secret_over_reproducible_in_pack": rp / rr}
+    parent = tracking.RunRecord(f"throughput {hw}", {tracking.KIND: "throughput", "hardware": hw}, {"largest_pack": out["largest"]}, metrics)
+    rows = [tracking.RunRecord(f"pack size {r['pack_size']}", {tracking.KIND: "throughput-row"}, {"pack_size": r["pack_size"], "hardware": hw},
+                               {k: float(v) for k, v in r.items() if k != "pack_size"}) for r in out["rows"]]
+    return tracking.log_records(uri, EXPERIMENT, parent, rows)
 
 
 def load(uri: str):

@@ -14,23 +14,17 @@ WALLTIME_EXPERIMENT = "raco-bench-walltime"
 
 def log_walltime(uri: str, timings, hardware: str, experiment: str, reference: str) -> str:
     """One parent run per benchmark invocation, one child run per (dataset, method)."""
-    c = tracking.client(uri)
-    exp = tracking.get_or_create_experiment(uri, experiment)
-    parent = c.create_run(exp, tags={tracking.KIND: "walltime", "hardware": hardware}, run_name=f"walltime {hardware}")
     ref = {t.dataset: t.ms_mean for t in timings if t.method == reference}
-    from mlflow.entities import Metric, Param
-
+    rows = []
     for t in timings:
-        child = c.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, tracking.KIND: "walltime-row"}, run_name=f"{t.dataset} {t.method}")
-        params = [Param("dataset", t.dataset), Param("method", t.method), Param("batch_size", str(t.batch_size)), Param("hardware", hardware),
-                  Param("rounds", str(t.rounds)), Param("steps_per_round", str(t.steps_per_round))]
-        metrics = [Metric("ms_mean", t.ms_mean, 0, 0), Metric("ms_sd", t.ms_sd, 0, 0)]
+        metrics = {"ms_mean": t.ms_mean, "ms_sd": t.ms_sd}
         if t.dataset in ref:
-            metrics.append(Metric(f"ratio_to_{reference.replace('-', '_')}", t.ms_mean / ref[t.dataset], 0, 0))
-        c.log_batch(child.info.run_id, metrics=metrics, params=params)
-        c.set_terminated(child.info.run_id)
-    c.set_terminated(parent.info.run_id)
-    return parent.info.run_id
+            metrics[f"ratio_to_{reference.replace('-', '_')}"] = t.ms_mean / ref[t.dataset]
+        params = {"dataset": t.dataset, "method": t.method, "batch_size": t.batch_size, "hardware": hardware, "rounds": t.rounds,
+                  "steps_per_round": t.steps_per_round}
+        rows.append(tracking.RunRecord(f"{t.dataset} {t.method}", {tracking.KIND: "walltime-row"}, params, metrics))
+    parent = tracking.RunRecord(f"walltime {hardware}", {tracking.KIND: "walltime", "hardware": hardware}, {}, {})
+    return tracking.log_records(uri, experiment, parent, rows)
 
 
 def load_walltime(uri: str, experiment: str = WALLTIME_EXPERIMENT) -> pd.DataFrame | None:

@@ -370,8 +370,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     text += f"\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
-    tracking.retry(lambda: tracking.client(uri).log_text(parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json"))
-    tracking.retry(lambda: tracking.client(uri).log_text(parent2, text, "summary.txt"))
+    tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
+    tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
@@ -413,12 +413,10 @@ def provenance(resources: dict) -> dict[str, str]:
 
 
 def record_provenance(uri: str, parent: str, resources: dict) -> None:
-    from mlflow.entities import RunTag
-
     if PROVENANCE_TAGS[0] in tracking.client(uri).get_run(parent).data.tags:
         return  # a resumed sweep keeps the command that started it
     tags = provenance(resources)
-    tracking.retry(lambda: tracking.client(uri).log_batch(parent, tags=[RunTag(k, v[:4900]) for k, v in tags.items()]))
+    tracking.set_tags(uri, parent, {k: v[:4900] for k, v in tags.items()})
 
 
 def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float, key: bytes | None) -> dict:
@@ -446,8 +444,8 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     print(text, flush=True)
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     released = [asdict(r) for r in releases]
-    tracking.retry(lambda: tracking.client(uri).log_text(parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT))
-    tracking.retry(lambda: tracking.client(uri).log_text(parent, text, "summary.txt"))
+    tracking.log_text(uri, parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT)
+    tracking.log_text(uri, parent, text, "summary.txt")
     ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials), "completed": len(results), "released": sum(r.trial_key is not None for r in releases),
                                                 "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {})})
