@@ -52,9 +52,11 @@ GAUSSIAN_AT_4 = {"epsilon": 4.0, "params": (("laplace_scale", 40.0),)}
 LAGRANGIAN_BUGS = {
     "histogram without Laplace noise": ([("            H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)",
                                           "            pass")], {}, 20_000),
-    "Gaussian noise at half scale": ([("        z = noise.gaussian[idx].to(grad_w.dtype)", "        z = 0.5 * noise.gaussian[idx].to(grad_w.dtype)")],
+    "Gaussian noise at half scale": ([("s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))",
+                                       "s.noise_std[idx], 0.5 * noise.gaussian[idx].to(grad_w.dtype))")],
                                      GAUSSIAN_AT_4, 100_000),
-    "clipping at 2C": ([("torch.rsqrt(norms_sq).mul_(s.clip_norm[idx, None])", "torch.rsqrt(norms_sq).mul_(2 * s.clip_norm[idx, None])")],
+    "clipping at 2C": ([("clip_noise.clip_factors(norms_sq, s.clip_norm[idx, None], mask)",
+                         "clip_noise.clip_factors(norms_sq, 2 * s.clip_norm[idx, None], mask)")],
                        GAUSSIAN_AT_4, 100_000),
 }
 
@@ -105,7 +107,7 @@ def test_audits_refuse_claims_that_are_not_record_level():
 
 
 def test_dp_fermi_without_noise_on_w_is_caught():
-    module = _mutant("baselines/dp_fermi/engine.py", [("        gW = gW + s.noise_w[:, None, None, None] * z[:, c * d + c :].view_as(gW)", "        pass")],
+    module = _mutant("baselines/dp_fermi/engine.py", [("        (gW,) = clip_noise.add_gaussian([gW], s.noise_w, z[:, c * d + c :])", "        pass")],
                      "W noiseless")
     try:
         r = run_whitebox(WhiteBoxAudit(method="dp-fermi", runs=5_000, **FAST), engine=module)
