@@ -10,7 +10,7 @@ The run's releases, in order, all full batch (every row in every release):
    of that group's std.
 
 The view computes them for K runs at once from the plugin's own exact sums (``BudgetTailoring.group_sums``, the
-clipping and the stage-1 formulas of :mod:`baselines.budget_tailoring.plugin`) and the same stream draws the
+clipping and the stage-1 formulas of the plugin's module) and the same stream draws the
 plugin makes (tests/test_whitebox_audit.py checks that the releases agree). Every std the run derives from its
 own releases (the weights) the auditor derives the same way, from the release it observed. The view observes one
 step (the audit's ``--steps 1``); the private checkpoint selection is covered by the claim but not observed.
@@ -19,13 +19,13 @@ step (the audit's ``--steps 1``); the private checkpoint selection is covered by
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 
 import torch
 
-from baselines.budget_tailoring import plugin as tailoring
-from raco_bench.audit.view import CANARY_SCALE, AuditView, WorstCase, confident
+from raco_bench.methods.audit_view import CANARY_SCALE, AuditView, WorstCase, confident
 from raco_bench.packs.engine import vector
 from raco_bench.privacy import counter_rng as rng
 
@@ -69,8 +69,8 @@ def _upper(D: int) -> torch.Tensor:
 
 def tailoring_view(run, row: int, module=None) -> AuditView:
     """The view of ``run`` (one step) with training row ``row`` as the canary; ``module`` replaces the plugin module whose
-    formulas the view calls (``gaussian_std``, ``clip_rows``, ``group_noise_std``)."""
-    module = module or tailoring
+    formulas the view calls (``gaussian_std``, ``clip_rows``, ``group_noise_std``; by default the module of the run's plugin)."""
+    module = module or inspect.getmodule(run.method)
     ctx, h, plan = run.ctx, run.ctx.hyper, run.ctx.plan
     G, T, budget = ctx.dataset.n_groups, int(ctx.steps), plan.budget
     tailored = h.allocation == "tailored"

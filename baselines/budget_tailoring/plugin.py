@@ -34,6 +34,7 @@ from typing import Callable, ClassVar
 import torch
 from dp_accounting.dp_event import GaussianDpEvent
 
+from baselines.budget_tailoring.audit import tailoring_view
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.models import Batch, build_model
 from raco_bench.privacy import events
@@ -303,8 +304,6 @@ class BudgetTailoring(Method):
         return {"params": {"rho": value}}
 
     def audit_view(self, run, canary_row: int, engine=None):
-        from baselines.budget_tailoring.audit import tailoring_view  # the view reads this module's formulas
-
         return tailoring_view(run, canary_row, engine)
 
     def init_state(self, ctx: Context, stream: Stream) -> TailoringState:

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from baselines.dp_fermi import engine as default_engine
-from raco_bench.audit.view import AuditView, canary_row, confident, only_row, with_row
+from raco_bench.methods.audit_view import AuditView, canary_row, confident, only_row, with_row
 
 
 def fermi_view(run, row: int, module=None) -> AuditView:

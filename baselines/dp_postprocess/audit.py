@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from raco_bench.audit.view import AuditView, WorstCase, canary_row, confident, only_row, with_row
+from raco_bench.methods.audit_view import AuditView, WorstCase, canary_row, confident, only_row, with_row
 from raco_bench.methods.lagrangian import engine as lagrangian
 from raco_bench.packs.engine import vector
 from raco_bench.privacy import counter_rng as rng

@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from raco_bench.audit.bounds import AuditBound, audit_best, check_confidence, require_record_level
-from raco_bench.audit.view import CANARY_SCALE, AuditView
 from raco_bench.methods import DEFAULT_METHOD
+from raco_bench.methods.audit_view import CANARY_SCALE, AuditView
 from raco_bench.packs.tensors import take_rows
 
 

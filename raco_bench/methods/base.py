@@ -210,7 +210,7 @@ class Method(ABC):
 
     def audit_view(self, run: Any, canary_row: int, engine: Any = None) -> Any:
         """What the white-box audit observes of one step of ``run`` (a prepared run, logistic regression) with
-        training row ``canary_row`` turned into the canary: a :class:`raco_bench.audit.view.AuditView`, or None when
+        training row ``canary_row`` turned into the canary: a :class:`raco_bench.methods.audit_view.AuditView`, or None when
         the method has no audit view. ``engine`` replaces the engine module the view calls (the tests plant bugs there)."""
         return None
 

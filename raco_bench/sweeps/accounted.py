@@ -45,8 +45,8 @@ from raco_bench.methods.space import sample_configs
 from raco_bench.privacy import events
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
 from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_gamma
+from raco_bench.sweeps.calibration import apply_calibrated
 
-TUNING_MODES = ("not-accounted", "accounted")
 REPEAT_STRIDE = 100_000  # config_id = repeat · REPEAT_STRIDE + index: unique per (method, ε, γ)
 
 
@@ -212,12 +212,7 @@ def _fix(trial: dict, family: RunFamily, ref: Reference) -> None:
         fixed = family.changes(dominated(family, ref))
     except ValueError:
         fixed = {"skip": "its run cannot fit under the reference RDP curve"}
-    if "skip" in fixed:
-        trial["skip"] = fixed["skip"]
-    if "steps" in fixed:
-        trial["steps"] = fixed["steps"]
-    if fixed.get("params"):
-        trial["calibrated"] = dict(fixed["params"])
+    apply_calibrated(trial, fixed)
 
 
 @dataclass(frozen=True)

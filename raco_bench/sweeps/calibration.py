@@ -54,11 +54,16 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
             progress.advance()
     values = {key: cache.solve(problem) for key, problem in problems.items()}  # each re-verified against its budget once
     for t, method, problem in owners:
-        fixed = method.calibrated(problem, values[problem.key()])
-        if "skip" in fixed:
-            t["skip"] = fixed["skip"]
-        if "steps" in fixed:
-            t["steps"] = fixed["steps"]
-        if fixed.get("params"):
-            t["calibrated"] = dict(fixed["params"])
+        apply_calibrated(t, method.calibrated(problem, values[problem.key()]))
     return {"distinct": len(problems), "computed": len(missing), "seconds": time.perf_counter() - t0}
+
+
+def apply_calibrated(trial: dict, fixed: dict) -> None:
+    """Put what a solved calibration fixes (``Method.calibrated``) into ``trial``: its ``skip`` reason, its ``steps``, its
+    calibrated parameters (kept apart from the searched ones, in ``trial["calibrated"]``)."""
+    if "skip" in fixed:
+        trial["skip"] = fixed["skip"]
+    if "steps" in fixed:
+        trial["steps"] = fixed["steps"]
+    if fixed.get("params"):
+        trial["calibrated"] = dict(fixed["params"])

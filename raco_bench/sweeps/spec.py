@@ -7,6 +7,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
+TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers) | accounted tuning (docs/sweeps.md)
+
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -73,8 +75,6 @@ class SweepSpec:
 
         if self.randomness not in RANDOMNESS_MODES:
             raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES}")
-        from raco_bench.sweeps.accounted import TUNING_MODES
-
         if self.tuning not in TUNING_MODES:
             raise ValueError(f"invalid tuning={self.tuning!r}: choose one of {TUNING_MODES}")
         if self.tuning == "accounted":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from raco_bench.audit.view import CANARY_SCALE, AuditView, confident
+from raco_bench.methods.audit_view import CANARY_SCALE, AuditView, confident
 from toy_plugin import engine
 
 

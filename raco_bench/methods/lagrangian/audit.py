@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from raco_bench.audit.view import AuditView, canary_row, confident, only_row, with_row
+from raco_bench.methods.audit_view import AuditView, canary_row, confident, only_row, with_row
 from raco_bench.methods.lagrangian import engine as default_engine
 
 
