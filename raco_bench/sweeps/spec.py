@@ -7,6 +7,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
+from raco_bench.training.config import RunConfig
+
+RUN = RunConfig()  # the run defaults a sweep shares: written once, in RunConfig
 TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers) | accounted tuning (docs/sweeps.md)
 
 
@@ -17,27 +20,27 @@ class SweepSpec:
     accuracy among those meeting γ on validation; phase 2 trains ``phase2_seeds`` fresh seeds of it."""
 
     dataset: str
-    constraint: str = "demographic-parity"
+    constraint: str = RUN.constraint
     epsilons: tuple[float, ...] = (0.5, 1.0, 3.0, 9.0)
     gammas: tuple[float, ...] = (0.02, 0.05, 0.1)
     methods: tuple[str, ...] = ()  # empty: every method marked for default sweeps that supports the constraint
     n_configs: int = 200
     phase1_seeds: int = 5
     phase2_seeds: int = 20
-    delta: float = 1e-5
-    max_steps: int = 5000
-    eval_every: int = 25
+    delta: float = RUN.delta
+    max_steps: int = RUN.max_steps
+    eval_every: int = RUN.eval_every
     sample_seed: int = 0
     experiment: str = ""
-    preprocessing: str = "public"  # public | paper (outside the budget, labelled everywhere)
-    checkpoint: str = "last"  # one rule for every method: last | private (charged) | paper (outside the budget, labelled everywhere)
-    selection_noise: float = 50.0  # checkpoint=private: Laplace scale per validation count
-    selection_checkpoints: int = 5  # checkpoint=private: competing checkpoints per run
+    preprocessing: str = RUN.preprocessing  # public | paper (outside the budget, labelled everywhere)
+    checkpoint: str = RUN.checkpoint  # one rule for every method: last | private (charged) | paper (outside the budget, labelled everywhere)
+    selection_noise: float = RUN.selection_noise  # checkpoint=private: Laplace scale per validation count
+    selection_checkpoints: int = RUN.selection_checkpoints  # checkpoint=private: competing checkpoints per run
     tuning: str = "not-accounted"  # not-accounted: the two-phase protocol | accounted: private random search (docs/sweeps.md)
     tuning_mean: float = 10.0  # accounted: E[K], the mean number of configurations per search
     tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
-    randomness: str = "secret"  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
+    randomness: str = RUN.randomness  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
 
     @property
     def selection(self):

@@ -101,14 +101,13 @@ def history_points(entry: dict) -> list[tracking.Point]:
 def run_config(trial: dict, device: str):
     from raco_bench.training.config import RunConfig
 
+    optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics")
+                if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
         gamma=trial["gamma"] if trial["gamma"] is not None else 0.0, epsilon=trial["epsilon"] or 1.0, delta=trial["delta"],
         steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
-        params={**trial["params"], **trial.get("calibrated", {})},
-        preprocessing=trial.get("preprocessing", "public"), checkpoint=trial.get("checkpoint", "last"),
-        selection_noise=trial.get("selection_noise", 50.0), selection_checkpoints=trial.get("selection_checkpoints", 5),
-        randomness=trial.get("randomness", "secret"), train_metrics=trial.get("train_metrics", False),
+        params={**trial["params"], **trial.get("calibrated", {})}, **optional,
     )
 
 
@@ -298,7 +297,8 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
 
     torch.set_num_threads(1)  # one CPU per trial
     first = pack["members"][0]
-    source = pack_source(first.get("randomness", "secret"), key)
+    defaults = run_config(first, "cpu")  # the pack's shared settings, RunConfig's defaults where the trial says nothing
+    source = pack_source(defaults.randomness, key)
     key_id = tracking.key_id(source.secret)
     run_id, done = tracking.get_or_create_pack_run(tracking_uri, experiment_id, parent_run_id, pack, key_id)
     if done is not None:
@@ -310,7 +310,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     members = pack["members"]
     trained = [t for t in members if not t.get("skip")]
     cfgs = [run_config(t, device) for t in trained]
-    dataset = _dataset(first["dataset"], cfgs[0].split_seed if cfgs else 0, first.get("preprocessing", "public"))
+    dataset = _dataset(first["dataset"], defaults.split_seed, defaults.preprocessing)
     runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
     log_dataset_input(tracking_uri, run_id, dataset)
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)
