@@ -24,6 +24,7 @@ Laplace releases (:meth:`RdpCurve.of_run`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -59,9 +60,18 @@ def remove_rdp(q: float, gauss_var: float, laplace_scale: float | None, alpha: i
     return float(logsumexp(terms)) / (alpha - 1)
 
 
+@functools.lru_cache(maxsize=None)
+def _nodes(kind: str, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Hermite (probabilists') or Gauss–Legendre nodes and weights: they depend on the count only, and computing
+    them is most of an RDP evaluation's time."""
+    x, w = (np.polynomial.hermite_e.hermegauss if kind == "hermite" else np.polynomial.legendre.leggauss)(count)
+    x.setflags(write=False), w.setflags(write=False)
+    return x, w
+
+
 def add_rdp(q: float, gauss_var: float, laplace_scale: float | None, alpha: float) -> float:
     """D_α(P₀‖μ) for q < 1 by quadrature of the bounded integrand (1 − q + q e^S)^{1−α} under P₀."""
-    x, w = np.polynomial.hermite_e.hermegauss(HERMITE_NODES)
+    x, w = _nodes("hermite", HERMITE_NODES)
     w = w / math.sqrt(2 * math.pi)
     gauss = -gauss_var / 2 + math.sqrt(gauss_var) * x  # S_G under P₀
 
@@ -76,7 +86,7 @@ def add_rdp(q: float, gauss_var: float, laplace_scale: float | None, alpha: floa
     e0 = 1.0 / laplace_scale
     atoms = np.array([-e0, e0])
     atom_w = np.array([0.5, 0.5 * math.exp(-e0)])
-    t, tw = np.polynomial.legendre.leggauss(LEGENDRE_NODES)
+    t, tw = _nodes("legendre", LEGENDRE_NODES)
     u = e0 * t  # the density A e^{−u/2} on (−e0, e0), A = e^{−e0/2} / 4
     dens_w = tw * e0 * math.exp(-e0 / 2) / 4 * np.exp(-u / 2)
     logs = np.concatenate([log_gauss_mean(atoms) + np.log(atom_w), log_gauss_mean(u) + np.log(dens_w)])
