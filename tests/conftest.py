@@ -1,11 +1,16 @@
-"""Test setup: real data from ../shared/data (or $RACO_BENCH_DATA), a private calibration cache."""
+"""Test setup: real data from ../shared/data (or $RACO_BENCH_DATA), a private calibration cache, the sweeps whose
+stores tests only read made in the background (tests/stores.py)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
+import stores
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -19,6 +24,24 @@ def pytest_configure(config):
 def _private_cache(tmp_path_factory):
     os.environ["RACO_BENCH_CACHE"] = str(tmp_path_factory.mktemp("calibration-cache"))
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background_stores(request, tmp_path_factory, _private_cache):
+    """Start the background stores declared in test modules (tests/stores.py) that some collected test uses, in the
+    order declared and a few at a time; stop whatever of them still runs when the session ends."""
+    stores.ROOT = tmp_path_factory.mktemp("background")
+    stores.ENV = dict(os.environ)  # now, before any test patches it (a background store may start during such a test)
+    used = {name for item in request.session.items for name in item.fixturenames}
+    jobs = [job for name, job in stores.DECLARED.items() if name in used]
+    stop = threading.Event()
+    starter = threading.Thread(target=stores.start_in_order, args=(jobs, stop), name="background stores", daemon=True)
+    starter.start()
+    yield
+    stop.set()
+    starter.join()
+    for job in stores.DECLARED.values():
+        job.stop()
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +68,15 @@ def adult():
     from raco_bench.data import load_dataset
 
     return load_dataset("adult")
+
+
+@pytest.fixture
+def started() -> list[subprocess.Popen]:
+    """Processes a test starts in the background, each in its own session (``start_new_session=True``): any still
+    running when the test ends (a failed check) is killed with its process group, and nothing else is."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()

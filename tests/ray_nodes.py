@@ -1,14 +1,17 @@
 """Loopback Ray nodes that tests start and stop themselves, without touching any other Ray on the machine.
 
 Each node runs ``ray start --block`` in its own session (process group) with its own ``--temp-dir``.
-Stopping a node kills that process group, then any process whose command line names the node's
-temporary directory (Ray's daemons carry their session directory in their arguments). Nothing is
-stopped by name and ``ray stop`` is never called: it would stop every Ray instance of the user.
+Stopping a node sends SIGTERM to its ``ray start --block``, which stops the node's daemons; whatever is
+left is then killed: that process group, then any process whose command line names the node's temporary
+directory (Ray's daemons carry their session directory in their arguments). Nothing is stopped by name
+and ``ray stop`` is never called: it would stop every Ray instance of the user.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import signal
 import socket
@@ -60,7 +63,18 @@ class RayNode:
                 pass
 
     def stop(self, timeout: float = 20.0) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        """SIGTERM to ``ray start --block`` alone: it shuts its own daemons down in order, in a second or two. A SIGTERM
+        to its whole group at once leaves it waiting for daemons that are gone (it exits only at the SIGKILL), so the
+        group and the node's other processes are signalled only when that fails, or when the node was killed."""
+        if self.process.poll() is None:
+            try:
+                os.kill(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            if self._wait(timeout):
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
+                return
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(self.process.pid, sig)
             except ProcessLookupError:
@@ -70,12 +84,18 @@ class RayNode:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            deadline = time.time() + (timeout if sig == signal.SIGTERM else 5.0)
-            while time.time() < deadline and (self.process.poll() is None or self.pids()):
-                time.sleep(0.2)
-            if self.process.poll() is not None and not self.pids():
+            if self._wait(wait):
                 break
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _wait(self, timeout: float) -> bool:
+        """Until the node's every process is gone (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.time() + timeout
+        while self.process.poll() is None or self.pids():
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
 
 @dataclass
@@ -109,6 +129,20 @@ def wait_for_cpus(address: str, env: dict, cpus: float, timeout: float = 90.0) -
             return True
         time.sleep(1)
     return False
+
+
+def wait_for_demand(address: str, env: dict, demand: dict, timeout: float = 120.0) -> str:
+    """Until ``ray status`` lists ``demand`` (e.g. ``{"CPU": 1.0, "GPU": 0.5}``) among the cluster's pending demands
+    (a request no node can serve yet, waiting): "" then, else the last pending demands seen."""
+    deadline = time.time() + timeout
+    while True:
+        out = subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env)
+        pending = out.stdout.partition("Pending Demands:")[2]
+        if demand in [ast.literal_eval(d) for d in re.findall(r"\{[^{}]*\}", pending)]:
+            return ""
+        if time.time() >= deadline:
+            return pending.strip() or out.stdout[-2000:] + out.stderr[-2000:]
+        time.sleep(1)
 
 
 def alive(address: str, env: dict) -> bool:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import stores
 
 from raco_bench.constraints import BUILDERS
 from raco_bench.data import load_dataset
@@ -91,22 +90,29 @@ def test_plans_privacy_and_trains(name, synthetic):
     assert all(np.all(np.isfinite(v)) for v in result.final_params.values())
 
 
+SWEEP_SCRIPT = (
+    "import sys\nfrom raco_bench.sweeps.runner import main\nfrom raco_bench.sweeps.spec import SweepSpec\n"
+    f"sys.exit(main(SweepSpec(dataset='synthetic', methods={METHOD_NAMES!r}, epsilons=(3.0,), gammas=(0.1,)), sys.argv[1:]))\n"
+)
+# the smoke sweep over every registered method, with a calibration cache of its own; made in the background from the
+# start of the session (tests/stores.py)
+SWEEP = stores.background("every_method_store", [sys.executable, "-c", SWEEP_SCRIPT, "--smoke", "--max-steps", "60"],
+                          env={"RACO_BENCH_CACHE": "{cwd}/cache"})
+
+
+@pytest.fixture
+def every_method_store() -> Path:
+    return SWEEP.folder()
+
+
 @pytest.mark.slow
-def test_every_method_appears_in_a_smoke_sweep_and_its_report(tmp_path):
+def test_every_method_appears_in_a_smoke_sweep_and_its_report(every_method_store, tmp_path):
     """A smoke sweep over every registered method on the synthetic dataset: each is in the MLflow store,
     labelled and logged as its plugin says, parents end FINISHED, and each is in the report."""
     from raco_bench import tracking
     from raco_bench.report.build import build_report
 
-    script = (
-        "import sys\nfrom raco_bench.sweeps.runner import main\nfrom raco_bench.sweeps.spec import SweepSpec\n"
-        f"sys.exit(main(SweepSpec(dataset='synthetic', methods={METHOD_NAMES!r}, epsilons=(3.0,), gammas=(0.1,)), sys.argv[1:]))\n"
-    )
-    env = {**os.environ, "RACO_BENCH_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", script, "--smoke", "--max-steps", "60"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{every_method_store / 'mlflow.db'}"
     exp = tracking.client(uri).get_experiment_by_name("synthetic-demographic-parity-smoke").experiment_id
     table = tracking.pack_tables(uri, tracking.completed_packs(uri, exp))
     assert set(table["method"]) == set(METHOD_NAMES) and table["trial_key"].is_unique

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import stores
 
 from raco_bench.report.load import ReportError
 from raco_bench.report.pareto import frontier, non_dominated
@@ -50,23 +50,24 @@ def _is_pdf(path: Path) -> bool:
     return data[:5] == b"%PDF-" and b"%%EOF" in data[-1024:]
 
 
-def _run_sweep(cwd: Path, script: str, *args: str) -> None:
-    """A smoke sweep under a fixed secret key (beside, not inside, its folder): the same draws, so the same figures, every time."""
-    key = cwd.parent / f"{cwd.name}.key"
-    key.write_text("5c" * 32 + "\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "sweeps" / script), "--smoke", *args, "--key-file", str(key)], cwd=cwd, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+# Smoke sweeps under a fixed secret key (beside, not inside, their folder): the same draws, so the same figures, every time.
+# The Adult store also holds a wall-time bench. Both are made in the background from the start of the session (tests/stores.py).
+ADULT = stores.background("adult_store", [sys.executable, str(ROOT / "sweeps" / "adult.py"), "--smoke", "--max-steps", "100", "--key-file", "{key}"],
+                          [sys.executable, "-m", "raco_bench.cli", "bench", "walltime", "--datasets", "adult", "--rounds", "2", "--steps", "20",
+                           "--tracking-uri", "sqlite:///{cwd}/mlflow.db"], key="5c" * 32)
+HEART = stores.background("heart_store", [sys.executable, str(ROOT / "sweeps" / "heart.py"), "--smoke", "--max-steps", "60", "--gammas", "0.5",
+                                          "--key-file", "{key}"], key="5c" * 32)
 
 
-@pytest.fixture(scope="module")
-def adult_store(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("adult-sweep")
-    _run_sweep(cwd, "adult.py", "--max-steps", "100")
-    bench = subprocess.run([sys.executable, "-m", "raco_bench.cli", "bench", "walltime", "--datasets", "adult", "--rounds", "2", "--steps", "20",
-                            "--tracking-uri", f"sqlite:///{cwd / 'mlflow.db'}"], capture_output=True, text=True, timeout=600)
-    assert bench.returncode == 0, bench.stderr[-2000:]
-    return cwd
+@pytest.fixture
+def adult_store() -> Path:
+    """The finished Adult store, shared: a test that writes to it works on a copy (:func:`stores.copy_store`)."""
+    return ADULT.folder()
+
+
+@pytest.fixture
+def heart_store() -> Path:
+    return HEART.folder()
 
 
 @pytest.mark.slow
@@ -74,7 +75,7 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     from raco_bench import tracking
     from raco_bench.report.build import build_report
 
-    uri = f"sqlite:///{adult_store / 'mlflow.db'}"
+    uri = stores.copy_store(adult_store, tmp_path / "store")  # the report is logged to the sweep's parent run: a copy of the shared store
     refs = tmp_path / "published.csv"
     refs.write_text("# user-supplied points\nmethod,dataset,epsilon,error,violation,source\ndp-fermi,adult,1,0.2,0.05,user test point\n")
     out = tmp_path / "report"
@@ -120,18 +121,22 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
 
 
 @pytest.mark.slow
-def test_report_cli_errors(adult_store, tmp_path):
+def test_report_cli_errors(adult_store, tmp_path, capsys):
+    """`raco-bench report` (``raise SystemExit(main())``) run in this process: its exit code and stderr; the entry point
+    itself runs as a subprocess in test_sweep_reliability's unreachable-store test."""
+    from raco_bench.cli import main
+
     uri = f"sqlite:///{adult_store / 'mlflow.db'}"
-    cli = [sys.executable, "-m", "raco_bench.cli", "report", "--tracking-uri", uri, "--no-mlflow"]
-    proc = subprocess.run([*cli, "--experiment", "nope", "--out", str(tmp_path / "x")], capture_output=True, text=True)
-    assert proc.returncode == 2 and "no MLflow experiment named 'nope'" in proc.stderr and "adult-demographic-parity-smoke" in proc.stderr
-    proc = subprocess.run([*cli, "--experiment", "raco-bench-walltime", "--out", str(tmp_path / "y")], capture_output=True, text=True)
-    assert proc.returncode == 2 and "no finished trial runs" in proc.stderr
+    cli = ["report", "--tracking-uri", uri, "--no-mlflow"]
+    code = main([*cli, "--experiment", "nope", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no MLflow experiment named 'nope'" in err and "adult-demographic-parity-smoke" in err
+    code = main([*cli, "--experiment", "raco-bench-walltime", "--out", str(tmp_path / "y")])
+    assert code == 2 and "no finished trial runs" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     bad.write_text("method,error\nx,0.1\n")
-    proc = subprocess.run([*cli, "--experiment", "adult-demographic-parity-smoke", "--references", str(bad), "--out", str(tmp_path / "z")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and "lacks column" in proc.stderr
+    code = main([*cli, "--experiment", "adult-demographic-parity-smoke", "--references", str(bad), "--out", str(tmp_path / "z")])
+    assert code == 2 and "lacks column" in capsys.readouterr().err
     with pytest.raises(ValueError, match="file store"):
         from raco_bench.report.build import build_report
 
@@ -140,11 +145,10 @@ def test_report_cli_errors(adult_store, tmp_path):
 
 
 @pytest.mark.slow
-def test_fnr_report_from_a_real_heart_sweep(tmp_path):
+def test_fnr_report_from_a_real_heart_sweep(heart_store, tmp_path):
     from raco_bench.report.build import build_report
 
-    _run_sweep(tmp_path, "heart.py", "--max-steps", "60", "--gammas", "0.5")
-    report = build_report("heart-false-negative-rate-smoke", f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "report", log_to_mlflow=False)
+    report = build_report("heart-false-negative-rate-smoke", f"sqlite:///{heart_store / 'mlflow.db'}", tmp_path / "report", log_to_mlflow=False)
     names = {p.name for p in report.files}
     assert {"fnr.png", "fnr.pdf", "pareto.png"} <= names
     assert _is_png(tmp_path / "report" / "fnr.png") and _is_pdf(tmp_path / "report" / "fnr.pdf")

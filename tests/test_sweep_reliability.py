@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import stores
 
 from raco_bench import tracking
 from raco_bench.sweeps import SweepSpec
@@ -29,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("raco-dp", "dp-fermi", "sgda")
 
 
+EMBEDDED_RAY = {"RAY_ADDRESS": None, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}  # None: unset
+
+
 def _env(tmp: Path) -> dict:
     """An embedded local Ray for each sweep (never a cluster the environment names)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    return env
+    return {k: v for k, v in {**os.environ, **EMBEDDED_RAY}.items() if v is not None}
 
 
 def _sweep(cwd: Path, *args: str, wait: bool = True):
@@ -59,7 +62,29 @@ def _complete_packs(cwd: Path, name: str, phase: int | None = None) -> list:
     return [] if exp is None else tracking.completed_packs(_uri(cwd), exp, phase=phase)
 
 
-def _wait(condition, timeout: float = 300.0, what: str = "") -> None:
+def _recorded_packs(cwd: Path, phase: int) -> int:
+    """Complete packs of a phase, read straight from the SQLite file and read-only, for polling a running sweep: an
+    MLflow client opened while the starting sweep still creates the store's tables would create them too, racing the
+    sweep's own schema migrations (seen under load: the sweep never got further)."""
+    db = cwd / "mlflow.db"
+    if not db.exists():
+        return 0
+    con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    try:
+        rows = con.execute("select t.run_uuid, t.key, t.value from tags t join runs r on r.run_uuid = t.run_uuid "
+                           "where r.lifecycle_stage = 'active' and t.key in (?, ?, ?)", (tracking.KIND, tracking.COMPLETE, tracking.PHASE)).fetchall()
+    except sqlite3.OperationalError:  # no tables yet
+        return 0
+    finally:
+        con.close()
+    runs: dict[str, dict] = {}
+    for run, key, value in rows:
+        runs.setdefault(run, {})[key] = value
+    return sum(t == {tracking.KIND: "pack", tracking.COMPLETE: "1", tracking.PHASE: str(phase)} for t in runs.values())
+
+
+def _wait(condition, timeout: float = 300.0, what: str = "", proc: subprocess.Popen | None = None) -> None:
+    """Until ``condition()``; fails at once, with its console, if the sweep ``proc`` ends first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -67,6 +92,8 @@ def _wait(condition, timeout: float = 300.0, what: str = "") -> None:
                 return
         except Exception:  # noqa: BLE001 - the store may be mid-write
             pass
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the sweep ended (exit {proc.returncode}) before {what}:\n{proc.communicate()[0][-4000:]}")
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -92,20 +119,40 @@ def _selected(cwd: Path, name: str) -> list[dict]:
 
 SMOKE = ["--smoke", "--max-steps", "100", "--methods", *METHODS, "--pack-size", "1"]
 SMOKE_NAME = SweepSpec(dataset="adult").smoke().experiment
+CHECKPOINTED = ["--smoke", "--methods", "raco-dp", "--n-configs", "8", "--max-steps", "1500", "--phase2-seeds", "1", "--pack-size", "16",
+                "--pack-checkpoint-s", "1"]  # phase 1 is one pack of 16 configurations, checkpointed every second
+
+# What the two tests below compare with: the same sweeps, never interrupted, made in the background from the start of
+# the session (tests/stores.py), each under a secret key that the test's own sweep then uses too: the same draws.
+UNINTERRUPTED = stores.background("uninterrupted_sweep", [sys.executable, str(ROOT / "sweeps" / "adult.py"), *SMOKE, "--key-file", "{key}"],
+                                  env=EMBEDDED_RAY, key=os.urandom(32).hex())
+NEVER_KILLED = stores.background("never_killed_sweep", [sys.executable, str(ROOT / "sweeps" / "adult.py"), *CHECKPOINTED, "--key-file", "{key}"],
+                                 env=EMBEDDED_RAY, key=os.urandom(32).hex())
+
+
+@pytest.fixture
+def uninterrupted_sweep() -> stores.Background:
+    return UNINTERRUPTED.start()
+
+
+@pytest.fixture
+def never_killed_sweep() -> stores.Background:
+    return NEVER_KILLED.start()
 
 
 @pytest.mark.slow
-def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterrupted_end_state(tmp_path):
+def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterrupted_end_state(tmp_path, uninterrupted_sweep, started):
     """Ctrl-C in phase 1: exit 130, phase-1 parent KILLED, no phase 2, one line naming --resume; a rerun without
     --resume is refused; --resume (after an earlier phase-2 record for a configuration that is not a winner) trains
     what phase 1 lacks and every winner without a phase-2 record, with the selections and phase-2 results of an
     uninterrupted sweep and no duplicate; a second --resume trains nothing."""
-    run, ref = tmp_path / "interrupted", tmp_path / "uninterrupted"
-    run.mkdir(), ref.mkdir()
-    key = ["--key-file", str(tmp_path / "sweep.key")]  # one secret key for both sweeps: the same draws, so the same results
+    run = tmp_path / "interrupted"
+    run.mkdir()
+    key = ["--key-file", str(uninterrupted_sweep.key)]  # the uninterrupted sweep's secret key: the same draws, so the same results
 
     proc = _sweep(run, *SMOKE, *key, wait=False)
-    _wait(lambda: len(_complete_packs(run, SMOKE_NAME, 1)) >= 2, what="two phase-1 packs")
+    started.append(proc)
+    _wait(lambda: _recorded_packs(run, 1) >= 2, what="two phase-1 packs", proc=proc)
     os.kill(proc.pid, signal.SIGINT)  # Ctrl-C to the driver only
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-3000:]
@@ -119,10 +166,9 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
     (listed,) = list_sweeps(_uri(run))  # `raco-bench sweeps`: what the store holds, not what was scheduled
     assert listed["state"] == "KILLED" and listed["phases"]["1"] == {"state": "KILLED", "recorded": recorded, "planned": 12}
 
-    reference = _sweep(ref, *SMOKE, *key)
-    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    ref = uninterrupted_sweep.folder()
     expected = _selected(ref, SMOKE_NAME)
-    loser = _plant_stale_phase2_record(run, ref, expected)
+    loser = _plant_stale_phase2_record(run, ref, expected, uninterrupted_sweep.key)
 
     resumed = _sweep(run, *SMOKE, *key, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -143,7 +189,7 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
     assert "phase 2: 0 configurations to train" in twice.stdout
 
 
-def _plant_stale_phase2_record(run: Path, ref: Path, winners: list[dict]) -> str:
+def _plant_stale_phase2_record(run: Path, ref: Path, winners: list[dict], key: Path) -> str:
     """A complete phase-2 record in ``run`` for a configuration that is not a winner (what an earlier phase 2, run from
     an incomplete selection, left): the sweep must train the true winners anyway and report only them."""
     from raco_bench.sweeps.plan import make_packs, make_trial
@@ -162,23 +208,22 @@ def _plant_stale_phase2_record(run: Path, ref: Path, winners: list[dict]) -> str
     parent = tracking.get_or_create_parent(uri, exp, spec.sweep_id, 2, {})
     tracking.set_status(uri, parent, "KILLED")
     (pack,) = make_packs([trial], 1)
-    execute_pack(pack, uri, exp, parent, key=bytes.fromhex((run.parent / "sweep.key").read_text().strip()))
+    execute_pack(pack, uri, exp, parent, key=bytes.fromhex(key.read_text().strip()))
     return trial["trial_key"]
 
 
 @pytest.mark.slow
-def test_a_pack_worker_killed_mid_pack_is_retried_from_its_checkpoint_with_identical_results(tmp_path):
+def test_a_pack_worker_killed_mid_pack_is_retried_from_its_checkpoint_with_identical_results(tmp_path, never_killed_sweep, started):
     """SIGKILL of the Ray worker that trains a pack, after its first checkpoint: Tune retries the pack, the retry
     continues from the checkpoint (its run says so), and every configuration's results equal those of a sweep that
     was never killed."""
-    run, ref = tmp_path / "killed", tmp_path / "whole"
-    run.mkdir(), ref.mkdir()
-    args = ["--smoke", "--methods", "raco-dp", "--n-configs", "8", "--max-steps", "1500", "--phase2-seeds", "1", "--pack-size", "16",
-            "--pack-checkpoint-s", "1", "--key-file", str(tmp_path / "sweep.key")]
+    run = tmp_path / "killed"
+    run.mkdir()
     name = SweepSpec(dataset="adult").smoke().experiment
-    proc = _sweep(run, *args, wait=False)
+    proc = _sweep(run, *CHECKPOINTED, "--key-file", str(never_killed_sweep.key), wait=False)
+    started.append(proc)
     checkpoints = lambda: list((run / "ray_results").rglob("pack_state.pt"))  # noqa: E731
-    _wait(lambda: checkpoints(), what="the pack's first checkpoint")
+    _wait(lambda: checkpoints(), what="the pack's first checkpoint", proc=proc)
     exp = _experiment(run, name)
     (pack,) = tracking.search_all(_uri(run), [exp], f"tags.`{tracking.KIND}` = 'pack'")
     os.kill(int(pack.data.tags["worker_pid"]), signal.SIGKILL)  # the worker this test's sweep started
@@ -186,9 +231,7 @@ def test_a_pack_worker_killed_mid_pack_is_retried_from_its_checkpoint_with_ident
     assert proc.returncode == 0, out[-4000:]
     (pack,) = _complete_packs(run, name, 1)
     assert pack.data.tags["attempt_resumed_from_checkpoint"] == "yes"
-    whole = _sweep(ref, *args)
-    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
-    got, want = _table(run, name, 1), _table(ref, name, 1)
+    got, want = _table(run, name, 1), _table(never_killed_sweep.folder(), name, 1)
     assert list(got.index) == list(want.index)
     for col in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint", "steps", "epsilon_spent"):
         pd.testing.assert_series_equal(got[col], want[col])

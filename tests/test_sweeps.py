@@ -341,42 +341,6 @@ def _pack_rows(db: Path) -> list[tuple[str, str, str]]:
     return [(t.get(tracking.PACK_KEY), t.get(tracking.COMPLETE, "0"), t.get("ray_node_id", "")) for t in by_run.values() if t.get(tracking.KIND) == "pack"]
 
 
-@pytest.fixture
-def loopback_cluster(tmp_path):
-    """A two-node loopback cluster (head + worker, 1 CPU each) with token authentication on every process,
-    as cluster.yaml sets it up (Ray 2.60). Only its own nodes are stopped afterwards."""
-    import secrets
-
-    # HOME is the test's own: in token mode Ray may write ~/.ray/auth_token, which would then
-    # require a token of every other Ray instance of the user
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "HOME": str(home)}
-    cluster = ray_nodes.start_cluster(env)
-    yield cluster
-    cluster.stop()
-
-
-def test_tests_stop_only_the_ray_they_started(tmp_path):
-    """A Ray instance that is not the tests' own (another user's sweep, say) survives a loopback cluster's
-    whole life cycle, and the cluster leaves no process behind."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home)}
-    port = ray_nodes.free_port()
-    bystander = ray_nodes.start_node(env, "--head", f"--port={port}", "--include-dashboard=false", "--num-cpus=1")
-    try:
-        assert ray_nodes.wait_for_cpus(f"127.0.0.1:{port}", env, 1.0)
-        cluster = ray_nodes.start_cluster(env)
-        nodes = list(cluster.nodes)
-        cluster.stop()
-        assert all(not node.pids() and node.process.poll() is not None for node in nodes)
-        assert ray_nodes.alive(f"127.0.0.1:{port}", env) and bystander.pids()
-    finally:
-        bystander.stop()
-    assert not bystander.pids()
-
-
 def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
     cmd = [sys.executable, str(ROOT / "sweeps" / "adult.py"), *SMOKE, *args]
     if wait:
@@ -384,9 +348,13 @@ def _sweep(cwd: Path, env: dict, *args: str, wait: bool = True):
     return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_completed_packs(db: Path, n: int, timeout: float = 300) -> None:
+def _wait_for_completed_packs(db: Path, n: int, timeout: float = 300, nodes: int = 1) -> None:
+    """Until ``n`` packs are complete, recorded by at least ``nodes`` distinct Ray nodes."""
     deadline = time.time() + timeout
-    while time.time() < deadline and sum(c == "1" for _, c, _ in _pack_rows(db)) < n:
+    while time.time() < deadline:
+        done = [node for _, c, node in _pack_rows(db) if c == "1"]
+        if len(done) >= n and len(set(done)) >= nodes:
+            return
         time.sleep(0.5)
 
 
@@ -421,19 +389,6 @@ def _check_each_configuration_once(cwd: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-@pytest.mark.slow
-def test_multinode_smoke_sweep_through_ray_address(tmp_path, loopback_cluster):
-    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
-    keys = tmp_path.parent / f"{tmp_path.name}-keys"
-    keys.mkdir()
-    proc = _sweep(tmp_path, env, "--key-file", str(keys / "sweep.key"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Selected configurations" in proc.stdout and "configurations/minute" in proc.stdout
-    rows = _check_each_configuration_once(tmp_path)
-    assert len({node for _, _, node in rows}) == 2  # packs ran on both nodes
-    _assert_key_written_nowhere(bytes.fromhex((keys / "sweep.key").read_text().strip()), tmp_path, proc.stdout + proc.stderr)
-
-
 def _assert_key_written_nowhere(key: bytes, root: Path, console: str) -> None:
     """Secret randomness: the sweep's key is in no file it wrote (MLflow store and artifacts, Ray Tune's trial configs
     and results) and not on its console, raw, in hex or in base64."""
@@ -448,21 +403,70 @@ def _assert_key_written_nowhere(key: bytes, root: Path, console: str) -> None:
     assert not any(f.decode("latin-1") in console for f in forms)
 
 
+@pytest.fixture(scope="module")
+def loopback_cluster(tmp_path_factory):
+    """A two-node loopback cluster (head + worker, 1 CPU each) with token authentication on every process,
+    as cluster.yaml sets it up (Ray 2.60). The module's multi-node tests share it (starting one takes seconds):
+    each leaves it as it found it, but the one that kills its worker node, which runs last. Only its own nodes
+    are stopped afterwards."""
+    import secrets
+
+    # HOME is the cluster's own: in token mode Ray may write ~/.ray/auth_token, which would then
+    # require a token of every other Ray instance of the user
+    home = tmp_path_factory.mktemp("ray-home")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "HOME": str(home)}
+    cluster = ray_nodes.start_cluster(env)
+    yield cluster
+    cluster.stop()
+
+
+def test_tests_stop_only_the_ray_they_started(tmp_path, loopback_cluster):
+    """A Ray instance that is not the test's own (another user's sweep, say; here the module's cluster) survives
+    a loopback cluster's whole life cycle, and the cluster leaves no process behind."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home)}
+    bystander = loopback_cluster
+    cluster = ray_nodes.start_cluster(env)
+    nodes = list(cluster.nodes)
+    cluster.stop()
+    assert all(not node.pids() and node.process.poll() is not None for node in nodes)
+    assert ray_nodes.alive(bystander.address, bystander.env)
+    assert all(node.pids() and node.process.poll() is None for node in bystander.nodes)
+
+
 @pytest.mark.slow
-def test_killing_a_worker_node_loses_no_trial(tmp_path, loopback_cluster):
-    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
+def test_gpu_requests_come_from_the_configuration_and_wait_for_gpu_nodes(tmp_path, loopback_cluster, started):
+    """A cluster with no GPU when the sweep starts (min_workers: 0): trials still ask for the configured GPU
+    share, wait, and run on the GPU node once it joins (a fake GPU: `ray start --num-gpus=1` on loopback;
+    torch sees no CUDA, so the trial falls back to the CPU and records the GPU Ray assigned it). The GPU node
+    leaves the cluster afterwards."""
+    cluster = loopback_cluster
+    env = {**cluster.env, "RAY_ADDRESS": cluster.address, "RACO_BENCH_GPUS_PER_TRIAL": "0.5"}
     proc = _sweep(tmp_path, env, wait=False)
-    _wait_for_completed_packs(tmp_path / "mlflow.db", 2)
-    loopback_cluster.worker.kill()  # the worker node dies mid-sweep
-    out, _ = proc.communicate(timeout=900)
+    started.append(proc)
+    # the first pack asks for 1 CPU and the configured 0.5 GPU, and waits: the cluster has none yet
+    missing = ray_nodes.wait_for_demand(cluster.address, cluster.env, {"CPU": 1.0, "GPU": 0.5})
+    assert not missing, f"no trial asks for the configured GPU share; pending: {missing}"
+    assert proc.poll() is None and not any(c == "1" for _, c, _ in _pack_rows(tmp_path / "mlflow.db"))  # nothing ran: no GPU yet
+    gpu_node = ray_nodes.start_node(cluster.env, f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
+    try:
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        gpu_node.stop()
     assert proc.returncode == 0, out[-4000:]
-    _check_each_configuration_once(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = tracking.client(uri).get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
+    runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'pack'") + tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+    assert runs and all(r.data.tags["ray_gpu_ids"] != "none" and r.data.tags["device"] == "cpu" for r in runs)
+    assert len(out.splitlines()) < 60, out  # the compact console
 
 
 @pytest.mark.slow
-def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster):
+def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback_cluster, started):
     env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
     proc = _sweep(tmp_path, env, wait=False)
+    started.append(proc)
     _wait_for_completed_packs(tmp_path / "mlflow.db", 2)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies mid-sweep
     proc.wait()
@@ -475,26 +479,21 @@ def test_killed_driver_resumes_with_exactly_one_run_per_trial(tmp_path, loopback
 
 
 @pytest.mark.slow
-def test_gpu_requests_come_from_the_configuration_and_wait_for_gpu_nodes(tmp_path):
-    """A cluster with no GPU when the sweep starts (min_workers: 0): trials still ask for the configured GPU
-    share, wait, and run on the GPU node once it joins (a fake GPU: `ray start --num-gpus=1` on loopback;
-    torch sees no CUDA, so the trial falls back to the CPU and records the GPU Ray assigned it)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(home), "RACO_BENCH_GPUS_PER_TRIAL": "0.5"}
-    cluster = ray_nodes.start_cluster(env, workers=0, cpus=1)
-    try:
-        proc = _sweep(tmp_path, {**env, "RAY_ADDRESS": cluster.address}, wait=False)
-        time.sleep(20)
-        assert proc.poll() is None and not any(c == "1" for _, c, _ in _pack_rows(tmp_path / "mlflow.db"))  # nothing ran: no GPU yet
-        gpu_node = ray_nodes.start_node(env, f"--address={cluster.address}", "--num-cpus=2", "--num-gpus=1")
-        cluster.nodes.append(gpu_node)
-        out, _ = proc.communicate(timeout=900)
-        assert proc.returncode == 0, out[-4000:]
-        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        exp = tracking.client(uri).get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
-        runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'pack'") + tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
-        assert runs and all(r.data.tags["ray_gpu_ids"] != "none" and r.data.tags["device"] == "cpu" for r in runs)
-        assert len(out.splitlines()) < 60, out  # the compact console
-    finally:
-        cluster.stop()
+def test_multinode_smoke_sweep_through_ray_address_loses_no_trial_when_a_worker_node_dies(tmp_path, loopback_cluster, started):
+    """A smoke sweep joins the cluster through RAY_ADDRESS and trains packs on both nodes, then the worker node dies
+    mid-sweep (once each node has recorded a pack): every configuration is still recorded once, and the sweep's
+    secret key is written nowhere."""
+    env = {**loopback_cluster.env, "RAY_ADDRESS": loopback_cluster.address}
+    keys = tmp_path.parent / f"{tmp_path.name}-keys"
+    keys.mkdir()
+    proc = _sweep(tmp_path, env, "--key-file", str(keys / "sweep.key"), wait=False)
+    started.append(proc)
+    _wait_for_completed_packs(tmp_path / "mlflow.db", 2, nodes=2)
+    assert proc.poll() is None, "the sweep ended before the worker node could be killed mid-sweep"
+    loopback_cluster.worker.kill()  # the worker node dies mid-sweep
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    assert "Selected configurations" in out and "configurations/minute" in out
+    rows = _check_each_configuration_once(tmp_path)
+    assert len({node for _, _, node in rows}) == 2  # packs ran on both nodes
+    _assert_key_written_nowhere(bytes.fromhex((keys / "sweep.key").read_text().strip()), tmp_path, out)
