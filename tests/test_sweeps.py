@@ -258,9 +258,9 @@ def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_pa
     import numpy as np
     import torch
 
-    from raco_bench import mlflow_model
     from raco_bench.data import load_dataset
     from raco_bench.models import LogisticRegression
+    from raco_bench.tracking import model as mlflow_model
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
                      max_steps=40, eval_every=20)

@@ -21,12 +21,11 @@ class ReportError(ValueError):
 
 
 def experiment_id(uri: str, name: str) -> str:
-    c = tracking.client(uri)
-    exp = c.get_experiment_by_name(name)
+    exp = tracking.experiment_id(uri, name)
     if exp is None:
-        names = sorted(e.name for e in c.search_experiments())
+        names = sorted(tracking.experiment_names(uri))
         raise ReportError(f"no MLflow experiment named {name!r} at {uri}; experiments there: {', '.join(names) or 'none'}")
-    return exp.experiment_id
+    return exp
 
 
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:

@@ -308,12 +308,11 @@ def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metr
 def check_resumable(spec: SweepSpec, uri: str, resume: bool) -> None:
     """Refuse, before anything is written, to start over a sweep that an earlier command left unfinished: say how to
     continue it instead (reading the store only)."""
-    c = tracking.client(uri)
-    exp = tracking.retry(lambda: c.get_experiment_by_name(spec.experiment))
+    exp = tracking.experiment_id(uri, spec.experiment)
     if exp is None or resume:
         return
     for phase in (1, 2):
-        found = tracking.find_run(uri, exp.experiment_id, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(phase), tracking.KIND: "phase"})
+        found = tracking.find_run(uri, exp, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(phase), tracking.KIND: "phase"})
         if found is not None and found.info.status != "FINISHED":
             raise ValueError(f"sweep {spec.sweep_id} of experiment {spec.experiment!r} did not finish (phase {phase} is {found.info.status}); "
                              "continue it with the same command and --resume, or start another with --experiment NAME")
@@ -413,7 +412,7 @@ def provenance(resources: dict) -> dict[str, str]:
 
 
 def record_provenance(uri: str, parent: str, resources: dict) -> None:
-    if PROVENANCE_TAGS[0] in tracking.client(uri).get_run(parent).data.tags:
+    if PROVENANCE_TAGS[0] in tracking.get_run(uri, parent).data.tags:
         return  # a resumed sweep keeps the command that started it
     tags = provenance(resources)
     tracking.set_tags(uri, parent, {k: v[:4900] for k, v in tags.items()})

@@ -6,7 +6,7 @@ configurations also get a run each, with everything a single run has: params, th
 last-iterate metrics (``last_*``), step-indexed curves ``eval/<split>_<metric>`` streamed while the
 pack trains (batched, :class:`raco_bench.tracking.LiveMetrics`), ``weights.npz`` /
 ``weights_last.npz`` and the reported model as a loadable MLflow pyfunc model with its signature
-(:mod:`raco_bench.mlflow_model`). Why this layout: docs/packs.md, "MLflow".
+(:mod:`raco_bench.tracking.model`). Why this layout: docs/packs.md, "MLflow".
 
 Every method of a sweep reports its model under the sweep's one checkpoint rule (``checkpoint``:
 ``last``, ``private`` or ``paper``, the last outside the budget and labelled), so a figure never
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from raco_bench import mlflow_model, tracking
+from raco_bench import tracking
 from raco_bench.methods import get_method
+from raco_bench.tracking import model as mlflow_model
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
 
@@ -264,7 +265,7 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
                  **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
     exp = tracking.get_or_create_experiment(uri, experiment)
     name = f"{tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} {cfg['method']} seed={cfg['seed']}"
-    run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=name)).info.run_id
+    run_id = tracking.create_run(uri, exp, name, tags)
     live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
     live.add([p for entry in result.history for p in history_points(entry)])
     live.flush()
