@@ -23,12 +23,16 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from raco_bench import tracking
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
+
+if TYPE_CHECKING:
+    from raco_bench.sweeps.plan import Trial
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
 
@@ -99,7 +103,7 @@ def history_points(entry: dict) -> list[tracking.Point]:
     return points
 
 
-def run_config(trial: dict, device: str):
+def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics")
@@ -116,13 +120,13 @@ ACCOUNTED_STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a re
                         "K and every candidate run of the search")
 
 
-def outside_budget(trial: dict, privacy: dict) -> list[str]:
+def outside_budget(trial: Trial, privacy: dict) -> list[str]:
     """What the run lists outside the budget: the pipeline's labels, and under accounted tuning that the store holds more
     than the released model (docs/privacy.md, "Threat model")."""
     return list(privacy["outside_budget"]) + ([ACCOUNTED_STORE_NOTE] if trial.get("tuning") == "accounted" else [])
 
 
-def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str, str]]:
+def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[str, str]]:
     """(metrics, params, tags) of one trained configuration, as its MLflow run and its pack-table row record them."""
     reported = result.reported
     metrics: dict[str, float] = {}
@@ -160,7 +164,7 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     return metrics, params, tags
 
 
-def table_row(trial: dict, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
+def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint")}
@@ -189,7 +193,7 @@ class ChildRun:
     view_of: str = ""
 
     @staticmethod
-    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
+    def open(trial: Trial, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
         """The runs of one configuration: one per γ it is selected for (``selected_gammas``, several for a γ-free method
         that won at several γ; the first holds the training, the others are views of it), else one at its own γ.
 
@@ -210,7 +214,7 @@ class ChildRun:
         if self.live is not None:
             self.live.add(points)
 
-    def close(self, trial: dict, result, metrics, params, tags, uri: str, dataset) -> None:
+    def close(self, trial: Trial, result, metrics, params, tags, uri: str, dataset) -> None:
         """Everything a single run has: params, metrics, tags, config, weights, the dataset input and the MLflow model."""
         if self.done:
             return
