@@ -82,11 +82,11 @@ def main(argv: list[str]) -> int:
     (args.out / "tailoring_synthetic.md").write_text("\n".join(md))
     print("\n".join(md))
     exp = tracking.get_or_create_experiment(uri, EXPERIMENT)
-    run = tracking.retry(lambda: tracking.client(uri).create_run(exp, run_name=f"synthetic-{args.trials}-trials"))
+    run_id = tracking.create_run(uri, exp, f"synthetic-{args.trials}-trials")
     for path in ("tailoring_synthetic.csv", "tailoring_synthetic.md"):
-        tracking.retry(lambda path=path: tracking.client(uri).log_artifact(run.info.run_id, str(args.out / path)))
+        tracking.log_artifacts(uri, run_id, args.out / path)
     metrics = {f"vs_equal_G{r.penalty:g}_rho{r.rho:g}_{r.allocation}": r.vs_equal for r in table.itertuples()}
-    tracking.finish_run(uri, run.info.run_id, metrics, {"trials": args.trials, "rhos": args.rhos, "penalties": args.penalties,
+    tracking.finish_run(uri, run_id, metrics, {"trials": args.trials, "rhos": args.rhos, "penalties": args.penalties,
                                                          "seconds": round(seconds, 1), "command": command})
     return 0
 

@@ -158,7 +158,7 @@ def test_the_post_processed_predictor_loads_with_a_group_column(tmp_path):
     prediction a draw from it; labelled as randomised and using the group; refused without the group column."""
     import mlflow
 
-    from raco_bench import mlflow_model
+    from raco_bench.tracking import model as mlflow_model
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     exp = tracking.get_or_create_experiment(uri, "pp")
@@ -188,7 +188,7 @@ def test_registering_a_model_works_with_the_store_outside_the_working_directory(
     the sweep's store (a sweep run with --tracking-uri elsewhere than ./mlflow.db failed here), then put it back."""
     import os
 
-    from raco_bench import mlflow_model
+    from raco_bench.tracking import model as mlflow_model
 
     store = tmp_path / "store"
     store.mkdir()

@@ -105,3 +105,36 @@ def _violations_at(path: Path, root: Path, names, classes, modules) -> list[str]
         return violations(path, names, classes, modules)
     finally:
         ROOT = saved
+
+
+TRACKING = "raco_bench/tracking/"  # the one package that talks to MLflow (docs/architecture.md)
+
+
+def mlflow_calls(path: Path) -> list[str]:
+    """An import of mlflow, or a call of ``tracking.client`` (MLflow's client handed out), in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Import):
+            found += [f"{where}: imports {a.name}" for a in node.names if a.name.split(".")[0] == "mlflow"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mlflow":
+            found.append(f"{where}: imports from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr == "client" and isinstance(node.value, ast.Name) and node.value.id == "tracking":
+            found.append(f"{where}: tracking.client")
+    return found
+
+
+def test_only_the_tracking_package_talks_to_mlflow():
+    files = [p for folder in ("raco_bench", "sweeps", "baselines", "reports") for p in sorted((ROOT / folder).rglob("*.py"))
+             if not p.relative_to(ROOT).as_posix().startswith(TRACKING)]
+    assert len(files) > 50
+    found = [f"{p.relative_to(ROOT)}: {v}" for p in files for v in mlflow_calls(p)]
+    assert not found, "MLflow is called outside raco_bench/tracking/; add what you need to raco_bench/tracking:\n" + "\n".join(found)
+
+
+def test_the_mlflow_check_sees_a_planted_call(tmp_path):
+    planted = tmp_path / "reader.py"
+    planted.write_text("import mlflow.pyfunc\nfrom mlflow.tracking import MlflowClient\nfrom raco_bench import tracking\n\n"
+                       "def f(uri):\n    return tracking.client(uri).get_run('x')\n")
+    found = mlflow_calls(planted)
+    assert len(found) == 3 and "tracking.client" in found[2], found

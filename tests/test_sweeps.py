@@ -70,6 +70,23 @@ def test_phase1_plan_counts_and_keys():
     assert trials[0]["params"] == {"batch_size": 1024}  # config 0 is the method's defaults
 
 
+def test_a_trial_has_exactly_its_typed_keys_and_the_run_takes_every_unset_setting_from_runconfig():
+    """The plan's record of a configuration is typed once (``Trial``); what it leaves out comes from RunConfig."""
+    from raco_bench.sweeps.plan import PlannedTrial, Trial
+    from raco_bench.sweeps.results import COLUMNS
+    from raco_bench.sweeps.trial import run_config, table_row
+    from raco_bench.training.config import RunConfig
+
+    trial = phase1_trials(SPEC, n_train=28829)[0]
+    assert set(trial) == set(PlannedTrial.__annotations__)
+    assert set(Trial.__optional_keys__) >= {"steps", "calibrated", "skip", "repeat", "tuning"}
+    spare = {k: v for k, v in trial.items() if k not in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness")}
+    config, default = run_config(spare, "cpu"), RunConfig()  # a trial that does not say: RunConfig's defaults
+    for name in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness"):
+        assert getattr(config, name) == getattr(default, name)
+    assert set(table_row(trial, "run")) <= set(COLUMNS)  # what a pack records of a trial, the one reader reads
+
+
 def test_every_configuration_and_seed_draws_its_own_streams():
     """No two trials of a sweep share a noise or batch stream: configurations that share a seed (every phase-1
     configuration uses seeds 0, 1, ...) still get distinct stream ids, and a trial maps to the same id every time."""
@@ -258,9 +275,9 @@ def test_the_reported_model_is_a_loadable_mlflow_model_with_its_signature(tmp_pa
     import numpy as np
     import torch
 
-    from raco_bench import mlflow_model
     from raco_bench.data import load_dataset
     from raco_bench.models import LogisticRegression
+    from raco_bench.tracking import model as mlflow_model
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = SweepSpec(dataset="parkinsons", epsilons=(3.0,), gammas=(0.1,), methods=("raco-dp",), n_configs=1, phase1_seeds=1,
                      max_steps=40, eval_every=20)

@@ -157,7 +157,7 @@ class DPPostprocess(Method):
     style = ("#000000", "*")
     doc = "docs/methods/dp-postprocess.md"
     final_only = True
-    pyfunc_model = True  # a randomised predictor with a group input column (raco_bench/mlflow_pyfunc.py)
+    pyfunc_model = True  # a randomised predictor with a group input column (raco_bench/tracking/pyfunc.py)
 
     def search_space(self, n_train: int) -> dict:
         from ray import tune

@@ -25,11 +25,10 @@ def log_audit(uri: str, kind: str, params: dict, metrics: dict[str, float], note
 
 def load_audits(uri: str, experiment: str = AUDIT_EXPERIMENT) -> pd.DataFrame | None:
     """The latest audit of each (kind, variant, method, dataset, claimed ε, steps, q) as a table, or None when none was logged."""
-    c = tracking.client(uri)
-    exp = c.get_experiment_by_name(experiment)
+    exp = tracking.experiment_id(uri, experiment)
     if exp is None:
         return None
-    runs = tracking.search_all(uri, [exp.experiment_id], f"tags.`{tracking.KIND}` = '{AUDIT_KIND}'", order_by=["attributes.start_time DESC"])
+    runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = '{AUDIT_KIND}'", order_by=["attributes.start_time DESC"])
     rows = []
     for r in runs:
         p, m = r.data.params, r.data.metrics

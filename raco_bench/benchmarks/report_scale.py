@@ -20,8 +20,7 @@ from raco_bench import tracking
 
 def grow(uri: str, experiment: str, target: int) -> tuple[int, int, float]:
     """Add pack runs until the sweep holds ``target`` configurations: (configurations, packs added, seconds per pack)."""
-    c = tracking.client(uri)
-    exp = c.get_experiment_by_name(experiment).experiment_id
+    exp = tracking.experiment_id(uri, experiment)
     packs = tracking.completed_packs(uri, exp)
     table = tracking.pack_tables(uri, packs)
     phase1 = table[table["phase"] == 1].drop(columns=["pack_run_id"])

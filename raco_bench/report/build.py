@@ -83,16 +83,12 @@ def load_references(path: Path | None, datasets: set[str], constraint: str | Non
 
 def _selections(uri: str, exp_id: str, df: pd.DataFrame) -> list[dict]:
     """The sweep's phase-1 winners (logged by the driver on the phase-2 parent run)."""
-    c = tracking.client(uri)
     sweep_id = df["sweep_id"].iloc[0]
     query = f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'"
-    parents = tracking.search_all(uri, [exp_id], query)
-    for p in parents:
-        try:
-            local = c.download_artifacts(p.info.run_id, "selected_configurations.json")
-        except Exception:  # noqa: BLE001 - an interrupted sweep has no selection yet
-            continue
-        return json.loads(Path(local).read_text())
+    for p in tracking.search_all(uri, [exp_id], query):
+        local = tracking.read_artifact(uri, p.info.run_id, "selected_configurations.json")
+        if local is not None:  # an interrupted sweep has no selection yet
+            return json.loads(local.read_text())
     return []
 
 
@@ -105,16 +101,14 @@ def accounted_view(uri: str, exp_id: str, df: pd.DataFrame) -> tuple[pd.DataFram
     so that a point is the mean over repetitions of what a user of the private search gets."""
     from raco_bench.sweeps.runner import RELEASED_ARTIFACT
 
-    c = tracking.client(uri)
     sweep_id = df["sweep_id"].iloc[0]
     query = f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '1' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'"
     released = []
     for p in tracking.search_all(uri, [exp_id], query):
-        try:
-            released = json.loads(Path(c.download_artifacts(p.info.run_id, RELEASED_ARTIFACT)).read_text())
+        local = tracking.read_artifact(uri, p.info.run_id, RELEASED_ARTIFACT)
+        if local is not None:  # an interrupted sweep has released nothing yet
+            released = json.loads(local.read_text())
             break
-        except Exception:  # noqa: BLE001 - an interrupted sweep has released nothing yet
-            continue
     by_key = df.set_index("trial_key")
     rows, selections = [], []
     for rel in released:
@@ -259,9 +253,8 @@ def _write_index(report: Report, experiment: str, uri: str, df: pd.DataFrame) ->
 
 
 def _log(uri: str, exp_id: str, df: pd.DataFrame, out: Path) -> None:
-    c = tracking.client(uri)
     sweep_id = df["sweep_id"].iloc[0]
     parents = tracking.search_all(uri, [exp_id], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'",
                                   order_by=[f"tags.`{tracking.PHASE}` DESC"])
     if parents:
-        tracking.retry(lambda: c.log_artifacts(parents[0].info.run_id, str(out), "report"))
+        tracking.log_artifacts(uri, parents[0].info.run_id, out, "report")

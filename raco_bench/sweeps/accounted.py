@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from raco_bench.privacy import events
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
 from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_gamma
 from raco_bench.sweeps.calibration import apply_calibrated
+
+if TYPE_CHECKING:
+    from raco_bench.sweeps.plan import Trial
 
 REPEAT_STRIDE = 100_000  # config_id = repeat · REPEAT_STRIDE + index: unique per (method, ε, γ)
 
@@ -205,7 +208,7 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
     return trials, refs
 
 
-def _fix(trial: dict, family: RunFamily, ref: Reference) -> None:
+def _fix(trial: Trial, family: RunFamily, ref: Reference) -> None:
     """Set what the trial's knob value fixes (its T, calibrated parameters), or skip it when no value fits the reference."""
     trial["epsilon_end_to_end"] = ref.epsilon_end_to_end
     try:

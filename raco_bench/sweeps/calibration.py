@@ -12,18 +12,22 @@ re-checks them against the budget before training.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
 from raco_bench.progress import Progress
 from raco_bench.sweeps.spec import SweepSpec
 
+if TYPE_CHECKING:
+    from raco_bench.sweeps.plan import Trial
+
 
 def _solve(problem) -> float:
     return float(problem.solve())
 
 
-def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
+def calibrate(spec: SweepSpec, trials: list[Trial], n_train: int) -> dict:
     """Solve every private trial's calibration; results go into the trials (see the module docstring)."""
     import ray
 
@@ -58,7 +62,7 @@ def calibrate(spec: SweepSpec, trials: list[dict], n_train: int) -> dict:
     return {"distinct": len(problems), "computed": len(missing), "seconds": time.perf_counter() - t0}
 
 
-def apply_calibrated(trial: dict, fixed: dict) -> None:
+def apply_calibrated(trial: Trial, fixed: dict) -> None:
     """Put what a solved calibration fixes (``Method.calibrated``) into ``trial``: its ``skip`` reason, its ``steps``, its
     calibrated parameters (kept apart from the searched ones, in ``trial["calibrated"]``)."""
     if "skip" in fixed:

@@ -88,7 +88,7 @@ def log_configuration_runs(uri: str, experiment_id: str, spec: SweepSpec, parent
         if run.info.status == "FINISHED":  # ended by the last call of its creation: complete
             held.add(run.data.tags.get(tracking.CONFIG_KEY))
         else:  # creation interrupted (the driver killed): created anew below
-            tracking.retry(lambda run=run: tracking.client(uri).delete_run(run.info.run_id))
+            tracking.delete_run(uri, run.info.run_id)
     missing = [record for key, record in records.items() if key not in held]
     tracking.create_finished_runs(uri, experiment_id, missing)
     tracking.set_tags(uri, parent_id, {CONFIG_RUNS_TAG: str(len(records))})

@@ -16,20 +16,19 @@ COMMAND = "raco_bench.command"
 
 def list_sweeps(uri: str, experiment: str | None = None) -> list[dict]:
     """Every sweep of the store (or of one experiment), most recent first."""
-    c = tracking.client(uri)
-    experiments = [e for e in tracking.retry(lambda: c.search_experiments()) if experiment is None or e.name == experiment]
+    experiments = [(name, exp_id) for name, exp_id in tracking.experiment_names(uri).items() if experiment is None or name == experiment]
     if experiment is not None and not experiments:
         raise ValueError(f"no experiment {experiment!r} in {uri}; `raco-bench sweeps` without --experiment lists every sweep")
     rows: dict[tuple[str, str], dict] = {}
-    for exp in experiments:
-        ids = [exp.experiment_id]
+    for name, exp_id in experiments:
+        ids = [exp_id]
         recorded: dict[tuple[str, str], int] = {}
-        for pack in tracking.completed_packs(uri, exp.experiment_id):
+        for pack in tracking.completed_packs(uri, exp_id):
             key = (pack.data.tags.get(tracking.SWEEP_ID, ""), pack.data.tags.get(tracking.PHASE, ""))
             recorded[key] = recorded.get(key, 0) + int(pack.data.tags.get("configurations", "0"))
         for parent in tracking.search_all(uri, ids, f"tags.`{tracking.KIND}` = 'phase'"):
             sweep, phase = parent.data.tags.get(tracking.SWEEP_ID, ""), parent.data.tags.get(tracking.PHASE, "")
-            row = rows.setdefault((exp.name, sweep), {"sweep_id": sweep, "experiment": exp.name, "command": "", "started": parent.info.start_time,
+            row = rows.setdefault((name, sweep), {"sweep_id": sweep, "experiment": name, "command": "", "started": parent.info.start_time,
                                                       "phases": {}})
             row["started"] = min(row["started"], parent.info.start_time)
             row["command"] = row["command"] or parent.data.tags.get(COMMAND, "")

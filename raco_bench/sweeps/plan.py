@@ -1,7 +1,9 @@
 """The two-phase protocol as plain data: trial lists, privacy calibration needs, and selection.
 
-A trial is a JSON-able dict (it is what Ray Tune's grid search hands to a trial and what MLflow
-records), identified by a deterministic ``trial_key``. Non-private methods do not depend on ε, so
+A trial is a JSON-able dict typed by :class:`Trial` (it is what a pack carries to its Ray worker and what MLflow
+records), identified by a deterministic ``trial_key``. Its record after training is a row of
+:data:`raco_bench.sweeps.results.COLUMNS`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
+defaults (the defaults are written there only). Non-private methods do not depend on ε, so
 they run once (ε = None); methods trained without the slack γ (``gamma_is_input = False`` on the
 plugin) run once per ε and are selected for each γ from the same trials.
 """
@@ -13,21 +15,67 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from raco_bench.methods import get_method
 from raco_bench.methods.space import sample_configs
 from raco_bench.sweeps.spec import SweepSpec
 
+
+class PlannedTrial(TypedDict):
+    """The keys every trial has: what :func:`make_trial` sets."""
+
+    sweep_id: str
+    experiment: str
+    phase: int
+    dataset: str
+    constraint: str
+    method: str
+    epsilon: float | None  # None: a non-private method
+    gamma: float | None  # None: a method trained without γ (selected for every γ)
+    delta: float
+    config_id: int
+    seed: int
+    params: dict[str, Any]  # the sampled hyperparameters
+    max_steps: int
+    eval_every: int
+    preprocessing: str
+    checkpoint: str
+    selection_noise: float
+    selection_checkpoints: int
+    randomness: str
+    trial_key: str
+
+
+class Trial(PlannedTrial, total=False):
+    """One configuration of one sweep, from the plan to its pack: the planned keys, then those the steps after the
+    plan add."""
+
+    # set by calibration (raco_bench.sweeps.calibration): T, the calibrated noise, or why the method cannot train it
+    steps: int | None
+    calibrated: dict[str, Any]
+    skip: str
+    # set by selection: the γ values a γ-free winner's phase-2 run stands for
+    selected_gammas: list[float]
+    # set by accounted tuning (raco_bench.sweeps.accounted)
+    repeat: int
+    tuning: str
+    tuning_runs: int
+    tuning_note: str
+    epsilon_end_to_end: float
+    train_metrics: bool
+
+
 PHASE2_SEED_OFFSET = 1000  # phase-2 seeds are fresh: never used in phase 1
 
 
-def trial_key(trial: dict) -> str:
+def trial_key(trial: Trial) -> str:
     fields = {k: trial[k] for k in ("sweep_id", "phase", "method", "epsilon", "gamma", "config_id", "seed")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> dict:
-    t = {
+def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> Trial:
+    t: Trial = {  # type: ignore[typeddict-item] - trial_key follows
         "sweep_id": spec.sweep_id, "experiment": spec.experiment, "phase": phase, "dataset": spec.dataset,
         "constraint": spec.constraint, "method": method, "epsilon": epsilon, "gamma": gamma, "delta": spec.delta,
         "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
@@ -45,7 +93,7 @@ def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None
     return [(e, g) for e in eps for g in gam]
 
 
-def phase1_trials(spec: SweepSpec, n_train: int) -> list[dict]:
+def phase1_trials(spec: SweepSpec, n_train: int) -> list[Trial]:
     trials = []
     for method in spec.methods:
         configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.sample_seed)
@@ -145,7 +193,7 @@ def select(spec: SweepSpec, results: list[dict], baseline: Baseline | None = Non
     return out
 
 
-def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[dict]:
+def phase2_trials(spec: SweepSpec, selections: list[Selection]) -> list[Trial]:
     """Fresh seeds of every winner; a winner shared by several γ (γ-free methods) is trained once, and its trials list
     every γ it won (``selected_gammas``: one MLflow run per γ, docs/sweeps.md, "MLflow")."""
     trials, index = [], {}
@@ -170,12 +218,12 @@ def pack_key(members: list[dict]) -> str:
     return hashlib.sha256(json.dumps(sorted(t["trial_key"] for t in members)).encode()).hexdigest()[:16]
 
 
-def make_packs(trials: list[dict], pack_size: int) -> list[dict]:
+def make_packs(trials: list[Trial], pack_size: int) -> list[dict]:
     """Group a phase's trials into packs of at most ``pack_size``: one method per pack, configurations with
     similar batch sizes and T together (a pack pads each chunk's batches to its widest one, and a
     configuration past its T idles while its pack finishes). Phase-2 packs ask for a run per
     configuration (``child_runs``); phase-1 configurations are rows of their pack's table."""
-    by_method: dict[str, list[dict]] = {}
+    by_method: dict[str, list[Trial]] = {}
     for t in trials:
         by_method.setdefault(t["method"], []).append(t)
     packs = []

@@ -34,8 +34,9 @@ from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.configurations import LABEL_TAGS, log_configuration_runs
 from raco_bench.sweeps.listing import PLANNED
-from raco_bench.sweeps.plan import Selection, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.plan import Selection, Trial, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
 from raco_bench.sweeps.registry import register_selected
+from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 
@@ -99,13 +100,13 @@ def recorded_keys(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
     return {r["trial_key"] for r in phase_results(uri, experiment_id, spec, phase)}
 
 
-def not_recorded(trials: list[dict], uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
+def not_recorded(trials: list[Trial], uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[Trial]:
     """The trials no complete pack has recorded yet: the store is read once (not once per trial)."""
     done = recorded_keys(uri, experiment_id, spec, phase)
     return [t for t in trials if t["trial_key"] not in done]
 
 
-def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
+def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
     recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
     that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
@@ -129,7 +130,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, e
         raise
 
 
-def _train_phase(spec: SweepSpec, phase: int, trials: list[dict], args, uri: str, experiment_id: str, parent: str, storage: str,
+def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, parent: str, storage: str,
                  key: bytes | None) -> None:
     import ray
 
@@ -223,19 +224,19 @@ def _resources(args) -> tuple[dict, str]:
 
 # --------------------------------------------------------------------------------------- results
 def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
-    """Every configuration a complete pack of this phase recorded, as trial-like dicts with its reported metrics."""
-    table = tracking.pack_tables(uri, tracking.completed_packs(uri, experiment_id, spec.sweep_id, phase))
+    """Every configuration a complete pack of this phase recorded (:func:`~raco_bench.sweeps.results.read_results`), as
+    trial-like dicts with its reported metrics; a missing validation constraint is inf (never feasible)."""
     out = []
-    for row in table.to_dict("records"):
-        value = lambda k, default=math.nan: default if k not in row or row[k] != row[k] else row[k]  # noqa: E731 - NaN: absent
-        out.append({"trial_key": row["trial_key"], "method": row["method"], "phase": int(row["phase"]),
-                    "epsilon": value("epsilon", None), "gamma": value("gamma", None), "config_id": int(row["config_id"]), "seed": int(row["seed"]),
-                    "params": json.loads(row["params"]), "run_id": row["run_id"], "val_accuracy": value("val_accuracy"),
-                    "val_max_constraint": value("val_max_constraint", math.inf), "test_accuracy": value("test_accuracy"),
-                    "test_max_constraint": value("test_max_constraint"), "epsilon_spent": value("epsilon_spent"),
-                    "noisy_val_accuracy": value("noisy_val_accuracy"), "noisy_val_max_constraint": value("noisy_val_max_constraint", math.inf),
-                    "repeat": None if value("repeat", None) is None else int(row["repeat"]), "epsilon_end_to_end": value("epsilon_end_to_end", None),
-                    "labels": {k: str(row[k]) for k in LABEL_TAGS if k in row and row[k] == row[k]}})
+    for row in read_results(uri, experiment_id, spec.sweep_id, phase).to_dict("records"):
+        value = lambda k, default=math.nan: default if row[k] is None or row[k] != row[k] else row[k]  # noqa: E731 - NaN: absent
+        out.append({"trial_key": row["trial_key"], "method": row["method"], "phase": row["phase"], "epsilon": row["epsilon"], "gamma": row["gamma"],
+                    "config_id": row["config_id"], "seed": row["seed"], "params": json.loads(row["params"]), "run_id": row["run_id"],
+                    "val_accuracy": value("val_accuracy"), "val_max_constraint": value("val_max_constraint", math.inf),
+                    "test_accuracy": value("test_accuracy"), "test_max_constraint": value("test_max_constraint"),
+                    "epsilon_spent": value("epsilon_spent"), "noisy_val_accuracy": value("noisy_val_accuracy"),
+                    "noisy_val_max_constraint": value("noisy_val_max_constraint", math.inf), "repeat": row["repeat"],
+                    "epsilon_end_to_end": row["epsilon_end_to_end"],
+                    "labels": {k: str(row[k]) for k in LABEL_TAGS if row[k] == row[k] and row[k] not in ("", None)}})
     return out
 
 
@@ -277,7 +278,7 @@ LARGE_SWEEP = 500  # phase-1 trials above which a terminal user is asked to conf
 CONFIGS_PER_CPU_MINUTE = 60.0  # a rough planning rate with packs on a CPU (`raco-bench bench throughput`: 3,657 Adult configurations/hour)
 
 
-def confirm(spec: SweepSpec, trials: list[dict], args, cpus: float) -> None:
+def confirm(spec: SweepSpec, trials: list[Trial], args, cpus: float) -> None:
     """State the size of phase 1 and a rough time; ask before a large sweep when a person is at a terminal."""
     minutes = len(trials) / (CONFIGS_PER_CPU_MINUTE * max(cpus, 1.0))
     after = "then each search's release (no phase 2)" if spec.tuning == "accounted" else "then phase 2"
@@ -308,12 +309,11 @@ def finish_phase(uri: str, experiment_id: str, spec: SweepSpec, phase: int, metr
 def check_resumable(spec: SweepSpec, uri: str, resume: bool) -> None:
     """Refuse, before anything is written, to start over a sweep that an earlier command left unfinished: say how to
     continue it instead (reading the store only)."""
-    c = tracking.client(uri)
-    exp = tracking.retry(lambda: c.get_experiment_by_name(spec.experiment))
+    exp = tracking.experiment_id(uri, spec.experiment)
     if exp is None or resume:
         return
     for phase in (1, 2):
-        found = tracking.find_run(uri, exp.experiment_id, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(phase), tracking.KIND: "phase"})
+        found = tracking.find_run(uri, exp, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(phase), tracking.KIND: "phase"})
         if found is not None and found.info.status != "FINISHED":
             raise ValueError(f"sweep {spec.sweep_id} of experiment {spec.experiment!r} did not finish (phase {phase} is {found.info.status}); "
                              "continue it with the same command and --resume, or start another with --experiment NAME")
@@ -413,7 +413,7 @@ def provenance(resources: dict) -> dict[str, str]:
 
 
 def record_provenance(uri: str, parent: str, resources: dict) -> None:
-    if PROVENANCE_TAGS[0] in tracking.client(uri).get_run(parent).data.tags:
+    if PROVENANCE_TAGS[0] in tracking.get_run(uri, parent).data.tags:
         return  # a resumed sweep keeps the command that started it
     tags = provenance(resources)
     tracking.set_tags(uri, parent, {k: v[:4900] for k, v in tags.items()})

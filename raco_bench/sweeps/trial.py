@@ -6,7 +6,7 @@ configurations also get a run each, with everything a single run has: params, th
 last-iterate metrics (``last_*``), step-indexed curves ``eval/<split>_<metric>`` streamed while the
 pack trains (batched, :class:`raco_bench.tracking.LiveMetrics`), ``weights.npz`` /
 ``weights_last.npz`` and the reported model as a loadable MLflow pyfunc model with its signature
-(:mod:`raco_bench.mlflow_model`). Why this layout: docs/packs.md, "MLflow".
+(:mod:`raco_bench.tracking.model`). Why this layout: docs/packs.md, "MLflow".
 
 Every method of a sweep reports its model under the sweep's one checkpoint rule (``checkpoint``:
 ``last``, ``private`` or ``paper``, the last outside the budget and labelled), so a figure never
@@ -23,11 +23,16 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from raco_bench import mlflow_model, tracking
+from raco_bench import tracking
 from raco_bench.methods import get_method
+from raco_bench.tracking import model as mlflow_model
+
+if TYPE_CHECKING:
+    from raco_bench.sweeps.plan import Trial
 
 METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
 
@@ -98,7 +103,7 @@ def history_points(entry: dict) -> list[tracking.Point]:
     return points
 
 
-def run_config(trial: dict, device: str):
+def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics")
@@ -115,13 +120,13 @@ ACCOUNTED_STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a re
                         "K and every candidate run of the search")
 
 
-def outside_budget(trial: dict, privacy: dict) -> list[str]:
+def outside_budget(trial: Trial, privacy: dict) -> list[str]:
     """What the run lists outside the budget: the pipeline's labels, and under accounted tuning that the store holds more
     than the released model (docs/privacy.md, "Threat model")."""
     return list(privacy["outside_budget"]) + ([ACCOUNTED_STORE_NOTE] if trial.get("tuning") == "accounted" else [])
 
 
-def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str, str]]:
+def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[str, str]]:
     """(metrics, params, tags) of one trained configuration, as its MLflow run and its pack-table row record them."""
     reported = result.reported
     metrics: dict[str, float] = {}
@@ -159,7 +164,7 @@ def trial_outputs(trial: dict, result) -> tuple[dict[str, float], dict, dict[str
     return metrics, params, tags
 
 
-def table_row(trial: dict, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
+def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint")}
@@ -188,7 +193,7 @@ class ChildRun:
     view_of: str = ""
 
     @staticmethod
-    def open(trial: dict, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
+    def open(trial: Trial, uri: str, experiment_id: str, parent_run_id: str, flush_every_s: float, key_id: str | None = None) -> list["ChildRun"]:
         """The runs of one configuration: one per γ it is selected for (``selected_gammas``, several for a γ-free method
         that won at several γ; the first holds the training, the others are views of it), else one at its own γ.
 
@@ -209,7 +214,7 @@ class ChildRun:
         if self.live is not None:
             self.live.add(points)
 
-    def close(self, trial: dict, result, metrics, params, tags, uri: str, dataset) -> None:
+    def close(self, trial: Trial, result, metrics, params, tags, uri: str, dataset) -> None:
         """Everything a single run has: params, metrics, tags, config, weights, the dataset input and the MLflow model."""
         if self.done:
             return
@@ -264,7 +269,7 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
                  **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
     exp = tracking.get_or_create_experiment(uri, experiment)
     name = f"{tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} {cfg['method']} seed={cfg['seed']}"
-    run_id = tracking.retry(lambda: tracking.client(uri).create_run(exp, tags=tags, run_name=name)).info.run_id
+    run_id = tracking.create_run(uri, exp, name, tags)
     live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
     live.add([p for entry in result.history for p in history_points(entry)])
     live.flush()

@@ -1,4 +1,4 @@
-"""Log a trained model as an MLflow pyfunc model with its signature (code: raco_bench/mlflow_pyfunc.py).
+"""Log a trained model as an MLflow pyfunc model with its signature (code: raco_bench/tracking/pyfunc.py).
 
 The signature is built from the feature names and the output columns alone: no input example is
 logged, because an example would copy private training rows into the tracking store.
@@ -13,7 +13,7 @@ import numpy as np
 
 from raco_bench import tracking
 
-CODE = Path(__file__).with_name("mlflow_pyfunc.py")
+CODE = Path(__file__).with_name("pyfunc.py")
 ARTIFACT_NAME = "model"
 
 
@@ -59,7 +59,7 @@ def log_model(uri: str, run_id: str, weights_file: Path, feature_names: list[str
     """
     import mlflow
 
-    run = tracking.retry(lambda: tracking.client(uri).get_run(run_id))
+    run = tracking.get_run(uri, run_id)
     if logged_model_ids(uri, run.info.experiment_id, run_id):
         return
     with np.load(weights_file) as z:

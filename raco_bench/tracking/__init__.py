@@ -1,4 +1,4 @@
-"""MLflow tracking, the one module that sweeps, reports and benchmarks talk to MLflow through: the
+"""MLflow tracking, the one package that talks to MLflow (sweeps, reports, audits and benchmarks go through it): the
 client, retries on SQLite locks, paged searches, tags, and the run layout of a sweep (one experiment
 per sweep script, a parent run per phase, a child run per trial).
 
@@ -186,6 +186,48 @@ def search_all(uri: str, experiment_ids: list[str], filter_string: str = "", ord
             return runs[:limit] if limit is not None else runs
 
 
+def experiment_id(uri: str, name: str) -> str | None:
+    """The id of the experiment ``name``, or None when the store has none of that name."""
+    exp = retry(lambda: client(uri).get_experiment_by_name(name))
+    return None if exp is None else exp.experiment_id
+
+
+def experiment_names(uri: str) -> dict[str, str]:
+    """Every experiment of the store: name -> id."""
+    return {e.name: e.experiment_id for e in retry(lambda: client(uri).search_experiments())}
+
+
+def get_run(uri: str, run_id: str):
+    return retry(lambda: client(uri).get_run(run_id))
+
+
+def create_run(uri: str, experiment_id: str, name: str, tags: dict[str, str] | None = None) -> str:
+    """A new run (RUNNING) and its id."""
+    return retry(lambda: client(uri).create_run(experiment_id, tags=tags or {}, run_name=name)).info.run_id
+
+
+def delete_run(uri: str, run_id: str) -> None:
+    retry(lambda: client(uri).delete_run(run_id))
+
+
+def read_artifact(uri: str, run_id: str, path: str, dst: str | Path | None = None) -> Path | None:
+    """A local copy of the run's artifact ``path`` (under ``dst`` when given), or None when the run has none."""
+    try:
+        local = retry(lambda: client(uri).download_artifacts(run_id, path, None if dst is None else str(dst)))
+    except Exception:  # noqa: BLE001 - MLflow raises its own errors for a missing artifact
+        return None
+    return Path(local)
+
+
+def log_artifacts(uri: str, run_id: str, local: str | Path, artifact_path: str | None = None) -> None:
+    """Log a file, or a folder's every file, as the run's artifacts (under ``artifact_path``)."""
+    local = Path(local)
+    if local.is_dir():
+        retry(lambda: client(uri).log_artifacts(run_id, str(local), artifact_path))
+    else:
+        retry(lambda: client(uri).log_artifact(run_id, str(local), artifact_path))
+
+
 def finish_run(uri: str, run_id: str, metrics: dict[str, float] | None = None, params: dict[str, Any] | None = None) -> None:
     """Log summary ``metrics`` and ``params`` (params a run already holds are kept) and mark the run FINISHED."""
     from mlflow.entities import Metric, Param
@@ -349,7 +391,7 @@ def log_trial(uri: str, run_id: str, params: dict[str, Any], metrics: dict[str, 
     finished (last, so a crash before it leaves it incomplete).
 
     ``metrics`` are final values (step 0); curves are streamed by :class:`LiveMetrics`. ``model`` logs
-    the run's MLflow model (see :mod:`raco_bench.mlflow_model`). Keys the run already holds (from a
+    the run's MLflow model (see :mod:`raco_bench.tracking.model`). Keys the run already holds (from a
     killed attempt) are not written twice.
     """
     from mlflow.entities import Metric, Param, RunTag

@@ -1,0 +1,65 @@
+"""The one reader of recorded results: what complete packs recorded, one row per configuration, typed.
+
+The sweep driver (selection, phase 2, ``--resume``) and the report both read a sweep through :func:`read_results`,
+so a column means the same thing to both. A configuration's row comes from its pack's table (``configs.csv``,
+written by :mod:`raco_bench.sweeps.trial`); a configuration recorded by two packs (a resume with another pack size)
+appears once. Missing values are NaN in float columns and None in ``epsilon``, ``gamma`` and ``repeat`` (a
+non-private method, a γ-free method, a run outside accounted tuning).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from raco_bench import tracking
+
+COLUMNS = [
+    "trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma",
+    "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "outside_budget", "style", "epsilon_spent",
+    "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
+    "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
+    "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
+]
+OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end")  # None when absent
+INTEGER = ("phase", "config_id", "seed")
+TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": ""}  # for an empty cell
+ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what the run read outside the budget is unknown
+
+
+def sweeps_recorded(uri: str, experiment_id: str) -> dict[str, int]:
+    """Each sweep with a complete pack in the experiment: sweep id -> start time (ms) of its first such pack."""
+    out: dict[str, int] = {}
+    for run in tracking.completed_packs(uri, experiment_id):
+        sweep = run.data.tags.get(tracking.SWEEP_ID, "")
+        out[sweep] = min(out.get(sweep, run.info.start_time), run.info.start_time)
+    return out
+
+
+def read_results(uri: str, experiment_id: str, sweep_id: str | None = None, phase: int | None = None) -> pd.DataFrame:
+    """Every configuration that a complete pack of ``sweep_id`` (any when None) and ``phase`` (any when None) recorded:
+    a row each, with exactly :data:`COLUMNS`. A configuration the method could not train has its reason in ``skipped``
+    (empty otherwise) and NaN metrics."""
+    packs = tracking.completed_packs(uri, experiment_id, sweep_id, phase)
+    table = tracking.pack_tables(uri, packs)
+    if table.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    start = {r.info.run_id: r.info.start_time for r in packs}
+    table = table.assign(start_time=table["pack_run_id"].map(start), style=table.get("method_style"))
+    for col in COLUMNS:
+        if col not in table:
+            table[col] = ABSENT.get(col, TEXT_DEFAULTS.get(col, math.nan))
+    for col, default in TEXT_DEFAULTS.items():
+        table[col] = table[col].where(table[col].notna(), default).astype(str)
+    for col in OPTIONAL:
+        table[col] = table[col].astype(object).where(table[col].notna(), None)
+    table["repeat"] = [None if r is None else int(r) for r in table["repeat"]]
+    for col in INTEGER:
+        table[col] = table[col].astype(int)
+    return table[COLUMNS].reset_index(drop=True)
+
+
+def trained(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of configurations that were trained (not skipped)."""
+    return table[table["skipped"] == ""]
