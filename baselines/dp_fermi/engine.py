@@ -25,6 +25,7 @@ from raco_bench.training.tensors import TrainData
 @dataclass(frozen=True)
 class FermiPackSettings:
     seeds: torch.Tensor
+    batch_seeds: torch.Tensor  # the streams of the gradient batches (each run's own unless shared: batch_stream_id)
     steps: torch.Tensor
     sampling_rate: torch.Tensor  # float64
     batch: torch.Tensor  # m
@@ -100,7 +101,7 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     products = products or rows_for(data.X.device)
     t = state.step + 1
     K = s.size
-    rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
+    rows, valid = rng.poisson_rows(rng.stream_keys(s.batch_seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
     table = torch.index_select(data.table, 0, rows.reshape(-1)).view(*rows.shape, -1)
     batch = products(data.X, rows)
     cb, sb = ctx_ids[rows], groups[rows]  # K × M
@@ -169,7 +170,8 @@ class FermiEngine(Engine):
         vec = lambda values, dtype=torch.float32: vector(runs, values, dtype)  # noqa: E731
 
         self.settings = FermiPackSettings(
-            seeds=vec([r.ctx.stream_id for r in runs], torch.int64), steps=vec([r.ctx.steps for r in runs], torch.int64),
+            seeds=vec([r.ctx.stream_id for r in runs], torch.int64), batch_seeds=vec([r.ctx.batch_seed for r in runs], torch.int64),
+            steps=vec([r.ctx.steps for r in runs], torch.int64),
             sampling_rate=vec([r.ctx.plan.q for r in runs], torch.float64), batch=vec([float(x.batch_size) for x in h]),
             lr=vec([x.lr for x in h]), lr_w=vec([x.lr_w for x in h]), fairness=vec([x.fairness for x in h]),
             clip_theta=vec([x.clip_theta if private else INF for x in h]), clip_w=vec([x.clip_w if private else INF for x in h]),

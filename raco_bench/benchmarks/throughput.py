@@ -3,12 +3,14 @@
 A configuration here is a full trial as a sweep trains it: RaCO-DP on Adult at ε = 1, δ = 1e-5,
 hyperparameters drawn from the method's search space, T calibrated from the budget (cached), the
 usual evaluations on train / validation / test every ``eval_every`` steps and at T, and the last
-iterate reported. Each pack size trains its own configurations (the same draws for every size),
-through the same call a sweep trial uses (:func:`raco_bench.packs.run.train_runs`); pack size 1 is
-each configuration trained alone. It prints, and logs to MLflow (experiment ``raco-bench-throughput``,
-shown by ``raco-bench report``):
+iterate reported. As in a sweep's phase 1, each sampled configuration runs with ``--seeds`` seeds and a
+pack holds them sorted by batch size. Each pack size trains its own configurations (the same draws for
+every size), through the same call a sweep trial uses (:func:`raco_bench.packs.run.train_runs`), once with
+every run drawing its own batches and once with shared batch draws (the sweep default, docs/packs.md,
+"Shared batches"); pack size 1 is each configuration trained alone. It prints, and logs to MLflow
+(experiment ``raco-bench-throughput``, shown by ``raco-bench report``):
 
-* configurations per hour for each pack size, and the step-only cost per configuration;
+* configurations per hour for each pack size and batch draws, and the step-only cost per configuration;
 * the ratio of a configuration's step cost in the largest pack to a single configuration's step;
 * the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ);
 * the cost of secret randomness: RaCO-DP's step cost per configuration inside the largest pack with the
@@ -17,8 +19,8 @@ shown by ``raco-bench report``):
 Every configuration draws from the secret word source (one key per pack, as a sweep's trials do) unless
 stated otherwise.
 
-The two ratios use fixed settings (each method's defaults with B = 1024, T = 100); each step cost
-is the median of several runs after a warm-up run.
+The ratios use fixed settings (each method's defaults with B = 1024, T = 100, shared batch draws); each
+step cost is the median of several runs after a warm-up run.
 
 Timings are wall-clock on this machine with one torch thread per process (CUDA where ``--device
 cuda``); they are for the table in the report, never asserted in tests.
@@ -42,10 +44,13 @@ from raco_bench.progress import Progress
 
 EXPERIMENT = "raco-bench-throughput"
 REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of this many 100-step runs
+SEEDS = 5  # seeds per sampled configuration, as the papers' phase 1 has
+DRAWS = ("own", "shared")
 
 
 def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: CalibrationCache, fixed: dict | None = None, steps: int | None = None,
-          randomness: str = "secret"):
+          randomness: str = "secret", draws: str = "shared", seeds: int = SEEDS):
+    """k runs: sampled configurations (or ``fixed``), each with ``seeds`` seeds, sorted by batch size as a sweep's packs are."""
     from raco_bench.privacy.counter_rng import Keystream
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
@@ -53,16 +58,17 @@ def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: Calibrat
     configs = [fixed] * k if fixed is not None else sample_configs(get_method(method), 4 * k + 8, len(ds.train), seed=0)
     source = Keystream.for_mode(randomness)  # one word source for the pack, as a sweep trial has
     runs = []
-    for i, params in enumerate(configs):
-        try:
-            runs.append(prepare_run(RunConfig(dataset=ds.name, method=method, epsilon=1.0, gamma=0.05, seed=i, device=device,
-                                              eval_every=eval_every, steps=steps, params=dict(params), randomness=randomness),
-                                    ds, cache, source=source))
-        except ValueError:  # the budget allows no step with this draw: a sweep skips it too
-            continue
-        if len(runs) == k:
-            return runs
-    raise RuntimeError(f"only {len(runs)} of {len(configs)} sampled configurations fit the budget")
+    for params in configs:
+        for seed in range(seeds):
+            try:
+                runs.append(prepare_run(RunConfig(dataset=ds.name, method=method, epsilon=1.0, gamma=0.05, seed=seed, device=device,
+                                                  eval_every=eval_every, steps=steps, params=dict(params), randomness=randomness,
+                                                  batch_draws=draws), ds, cache, source=source))
+            except ValueError:  # the budget allows no step with this draw: a sweep skips it too
+                break
+            if len(runs) == k:
+                return sorted(runs, key=lambda r: (r.ctx.hyper.batch_size, -r.ctx.steps))
+    raise RuntimeError(f"only {len(runs)} runs of {len(configs)} sampled configurations fit the budget")
 
 
 def _sync(device: str) -> None:
@@ -78,20 +84,21 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     ds = load_dataset("adult")
     cache = CalibrationCache()
     rows = []
-    progress = Progress("bench throughput", len(sizes) + 3, every=0.0)
+    progress = Progress("bench throughput", 2 * len(sizes) + 3, every=0.0)
     for size in sizes:
         k = singles if size == 1 else size
-        runs = _runs(ds, DEFAULT_METHOD, k, device, eval_every, cache)
-        _sync(device)
-        t0 = time.perf_counter()
-        results = train_runs(runs) if size > 1 else [r for run in runs for r in train_runs([run])]
-        _sync(device)
-        wall = time.perf_counter() - t0
-        steps = sum(r.steps for r in results)
-        step_ms = statistics.fmean(r.timing["ms_per_step"] for r in results)
-        rows.append({"pack_size": size, "configurations": k, "seconds": wall, "configs_per_hour": 3600 * k / wall,
-                     "mean_T": steps / k, "step_ms_per_config": step_ms})
-        progress.advance(f"pack size {size}: {3600 * k / wall:,.0f} configurations/hour")
+        for draws in DRAWS if size > 1 else ("own",):  # alone, a run's batches cost the same from either stream
+            runs = _runs(ds, DEFAULT_METHOD, k, device, eval_every, cache, draws=draws)
+            _sync(device)
+            t0 = time.perf_counter()
+            results = train_runs(runs) if size > 1 else [r for run in runs for r in train_runs([run])]
+            _sync(device)
+            wall = time.perf_counter() - t0
+            steps = sum(r.steps for r in results)
+            step_ms = statistics.fmean(r.timing["ms_per_step"] for r in results)
+            rows.append({"pack_size": size, "batch_draws": draws, "configurations": k, "seconds": wall, "configs_per_hour": 3600 * k / wall,
+                         "mean_T": steps / k, "step_ms_per_config": step_ms})
+            progress.advance(f"pack size {size}, {draws} batches: {3600 * k / wall:,.0f} configurations/hour")
     # step-only ratios at fixed settings (the method's defaults with B = 1024, T = 100): one configuration alone vs in the
     # largest pack, and RaCO-DP vs DP-SGD inside that pack; after a warm-up, the median of repeats (a 100-step run is short)
     big = max(sizes)
@@ -126,11 +133,15 @@ def hardware(device: str) -> str:
 
 
 def format_report(out: dict, hw: str) -> str:
-    lines = [f"hardware: {hw}", "", "| pack size | configurations | seconds | configurations / hour | mean T | step ms per configuration |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"hardware: {hw}", "", "| pack size | batch draws | configurations | seconds | configurations / hour | mean T | step ms per configuration |",
+             "|---|---|---|---|---|---|---|"]
     for r in out["rows"]:
-        lines.append(f"| {r['pack_size']} | {r['configurations']} | {r['seconds']:.1f} | {r['configs_per_hour']:,.0f} | {r['mean_T']:.0f} | "
-                     f"{r['step_ms_per_config']:.4f} |")
+        lines.append(f"| {r['pack_size']} | {r['batch_draws']} | {r['configurations']} | {r['seconds']:.1f} | {r['configs_per_hour']:,.0f} | "
+                     f"{r['mean_T']:.0f} | {r['step_ms_per_config']:.4f} |")
+    rate = {(r["pack_size"], r["batch_draws"]): r["configs_per_hour"] for r in out["rows"]}
+    lines.append("")
+    lines += [f"shared / own batch draws, configurations per hour at pack size {s}: {rate[s, 'shared'] / rate[s, 'own']:.2f}"
+              for s in sorted({s for s, _ in rate}) if (s, "shared") in rate]
     ours, base = DEFAULT_METHOD, timing_reference()
     (ra, rp), (da, dp) = out["step_cost"][ours], out["step_cost"][base]
     lines += ["", f"step cost per configuration in a pack of {out['largest']} / a single configuration's step: "
@@ -147,8 +158,9 @@ def log(uri: str, out: dict, hw: str) -> str:
     metrics = {"pack_step_ratio_raco_dp": rp / ra, "pack_step_ratio_dp_sgd": dp / da, "raco_dp_over_dp_sgd_in_pack": rp / dp,
                "secret_over_reproducible_in_pack": rp / rr}
     parent = tracking.RunRecord(f"throughput {hw}", {tracking.KIND: "throughput", "hardware": hw}, {"largest_pack": out["largest"]}, metrics)
-    rows = [tracking.RunRecord(f"pack size {r['pack_size']}", {tracking.KIND: "throughput-row"}, {"pack_size": r["pack_size"], "hardware": hw},
-                               {k: float(v) for k, v in r.items() if k != "pack_size"}) for r in out["rows"]]
+    rows = [tracking.RunRecord(f"pack size {r['pack_size']} ({r['batch_draws']} batches)", {tracking.KIND: "throughput-row"},
+                               {"pack_size": r["pack_size"], "batch_draws": r["batch_draws"], "hardware": hw},
+                               {k: float(v) for k, v in r.items() if k not in ("pack_size", "batch_draws")}) for r in out["rows"]]
     return tracking.log_records(uri, EXPERIMENT, parent, rows)
 
 

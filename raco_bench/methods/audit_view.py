@@ -84,9 +84,11 @@ class AuditView:
         return [WorstCase(math.sqrt(mu2) if mu2 else None, lap)] * steps
 
     def repeated(self, seeds: torch.Tensor, **changes):
-        """The settings for every seed in ``seeds`` (tensor fields repeated), with ``changes``."""
+        """The settings for every seed in ``seeds`` (tensor fields repeated), with ``changes``. Each run draws its batches
+        from its own stream (``batch_seeds`` = ``seeds``): the audit's runs must be independent, never share batches."""
         many = take_rows(self.settings, torch.zeros(len(seeds), dtype=torch.long, device=seeds.device))
-        return dataclasses.replace(many, seeds=seeds, **changes)
+        own = {"batch_seeds": seeds} if "batch_seeds" in {f.name for f in dataclasses.fields(many)} else {}
+        return dataclasses.replace(many, seeds=seeds, **own, **changes)
 
 
 def canary_row(data: TrainData, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

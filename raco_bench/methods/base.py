@@ -101,10 +101,16 @@ class Context:
     plan: Any = None
     source: Keystream = REPRODUCIBLE  # the run's word source: secret (keyed) or reproducible (docs/privacy.md, "Threat model")
     stream_id: int = 0  # the run's stream: its configuration and seed (raco_bench.training.config.stream_id)
+    batch_stream_id: int | None = None  # its gradient batches' stream (None: its own; raco_bench.training.config.batch_stream_id)
 
     def stream(self) -> Stream:
         """The run's random numbers: every draw of the run comes from here (or from a pack drawing the same)."""
-        return Stream(self.stream_id, self.device, self.source)
+        return Stream(self.stream_id, self.device, self.source, self.batch_stream_id)
+
+    @property
+    def batch_seed(self) -> int:
+        """The id of the stream the run's gradient batches come from (its own stream unless batches are shared)."""
+        return self.stream_id if self.batch_stream_id is None else self.batch_stream_id
 
     @property
     def n_train(self) -> int:

@@ -89,7 +89,31 @@ class IndexedRows:
         return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
 
 
-RowProducts = type[GatheredRows] | type[IndexedRows]
+class SharedRows:
+    """One batch for every configuration (``rows[k]`` all equal: runs that share their batch draws, docs/packs.md,
+    "Shared batches"): the rows are copied out once (M × d) and both products are dense matrix products over every
+    configuration at once (GEMMs), with :class:`IndexedRows`'s two identities (c − 1 classes)."""
+
+    def __init__(self, X: torch.Tensor, rows: torch.Tensor) -> None:
+        self.Xb = torch.index_select(X, 0, rows[0])
+
+    def logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """The logits minus the last class's logit (its row is zero)."""
+        K, c, d = weight.shape
+        M = self.Xb.shape[0]
+        relative = (weight[:, :-1] - weight[:, -1:]).transpose(0, 1).reshape((c - 1) * K, d)
+        out = weight.new_zeros(c, K, M)
+        out[:-1] = torch.addmm((bias[:, :-1] - bias[:, -1:]).T.reshape(-1, 1), relative, self.Xb.T).view(c - 1, K, M)
+        return out
+
+    def gradient_sums(self, residual: torch.Tensor) -> torch.Tensor:
+        """Σ_i residual[j, k, i] · x_i; ``residual`` must sum to zero over classes j (a softmax gradient)."""
+        c, K, M = residual.shape
+        sums = (residual[:-1].reshape((c - 1) * K, M) @ self.Xb).view(c - 1, K, -1).transpose(0, 1)
+        return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
+
+
+RowProducts = type[GatheredRows] | type[IndexedRows] | type[SharedRows]
 
 
 def rows_for(device: torch.device) -> RowProducts:

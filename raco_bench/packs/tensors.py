@@ -39,14 +39,15 @@ def chunk_budget(device: torch.device) -> int:
     return 2**30 if device.type == "cuda" else 2**26
 
 
-def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25) -> list[list[int]]:
+def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25, members: list[int] | None = None) -> list[list[int]]:
     """The configurations of a step grouped into chunks, each padded to its widest batch.
 
     Sorted by this step's batch size, a chunk takes configurations while the widest stays within
     ``slack`` times the narrowest (plus 64 rows, so that small batches are not split finely) and
     the chunk's padded arrays fit ``budget``. Padding then wastes at most about a quarter of a
     chunk, whatever batch sizes the pack mixes, and a pack of similar batch sizes is one chunk: on
-    a CPU a step costs mostly per operation, so fewer chunks are faster."""
+    a CPU a step costs mostly per operation, so fewer chunks are faster. ``members`` names the configurations that
+    ``widths`` are of (default: their positions)."""
     order = sorted(range(len(widths)), key=widths.__getitem__)
     out: list[list[int]] = []
     for k in order:
@@ -56,4 +57,4 @@ def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25) -
                 chunk.append(k)
                 continue
         out.append([k])
-    return out
+    return out if members is None else [[members[k] for k in chunk] for chunk in out]

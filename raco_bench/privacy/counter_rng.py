@@ -273,18 +273,21 @@ class Stream:
 
     A run's step t (1-based) draws its batch, Gaussian and Laplace noise from the streams of (seed, t);
     initial parameters come from step 0. :mod:`raco_bench.packs` draws the same numbers for many
-    seeds at once.
+    seeds at once. ``batch_seed`` (default: ``seed``) addresses the stream of the gradient batches alone: runs that
+    share it draw their Poisson batches from the same uniforms (docs/packs.md, "Shared batches").
     """
 
-    def __init__(self, seed: int, device: torch.device | str = "cpu", source: Keystream = REPRODUCIBLE) -> None:
+    def __init__(self, seed: int, device: torch.device | str = "cpu", source: Keystream = REPRODUCIBLE, batch_seed: int | None = None) -> None:
         self.seed, self.device, self.source = int(seed), torch.device(device), source
+        self.batch_seed = self.seed if batch_seed is None else int(batch_seed)
         self._seed = torch.tensor([self.seed], dtype=torch.int64, device=self.device)
+        self._batch_seed = torch.tensor([self.batch_seed], dtype=torch.int64, device=self.device)
 
     def key(self, step: int, purpose: int) -> StreamKeys:
-        return stream_keys(self._seed, step, purpose, self.source)
+        return stream_keys(self._batch_seed if purpose == BATCH else self._seed, step, purpose, self.source)
 
     def batch(self, step: int, n: int, q: float, purpose: int = BATCH) -> torch.Tensor:
-        """Sorted row indices of the step's Poisson sample."""
+        """Sorted row indices of the step's Poisson sample (the gradient batch, ``purpose`` BATCH, from the batch stream)."""
         rows, valid = poisson_rows(self.key(step, purpose), n, torch.tensor([q], dtype=torch.float64, device=self.device))
         return rows[0][valid[0]]
 

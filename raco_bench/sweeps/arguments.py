@@ -44,6 +44,10 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--randomness", choices=list(RANDOMNESS_MODES),
                    help="secret (default): every draw is keyed by a secret key from the OS, written nowhere, so the epsilon holds against "
                         "the logs; reproducible: draws regenerable from the logged seeds (research runs; labelled OUTSIDE THE BUDGET)")
+    p.add_argument("--batch-draws", choices=["auto", "own", "shared"],
+                   help="auto (default): shared under the two-phase protocol, own under accounted tuning; shared: configurations with "
+                        "the same seed draw their Poisson batches from one stream (each run's epsilon is unchanged; a pack computes "
+                        "them as dense products, docs/packs.md); own: every run its own batches (independent runs)")
     p.add_argument("--key-file", help="secret randomness: keep the sweep's key in this file (created, mode 0600, if absent) so that "
                                       "--resume continues with the same key; keep it outside the tracking store and results")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
@@ -79,7 +83,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
         "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
         "tuning": args.tuning, "tuning_mean": args.tuning_mean, "tuning_shape": args.tuning_shape, "tuning_repeats": args.tuning_repeats,
-        "randomness": args.randomness,
+        "randomness": args.randomness, "batch_draws": args.batch_draws,
     }
     if args.tuning == "accounted" and args.checkpoint is None:
         overrides["checkpoint"] = "private"  # the search selects on the noisy validation scores each run releases

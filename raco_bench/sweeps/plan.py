@@ -44,6 +44,7 @@ class PlannedTrial(TypedDict):
     selection_noise: float
     selection_checkpoints: int
     randomness: str
+    batch_draws: str  # own | shared (raco_bench.training.config.batch_stream_id)
     trial_key: str
 
 
@@ -81,6 +82,7 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
         "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
         "preprocessing": spec.preprocessing, "checkpoint": spec.checkpoint,
         "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
+        "batch_draws": spec.draws,
     }
     t["trial_key"] = trial_key(t)
     return t

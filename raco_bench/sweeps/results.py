@@ -17,7 +17,7 @@ from raco_bench import tracking
 
 COLUMNS = [
     "trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma",
-    "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "outside_budget", "style", "epsilon_spent",
+    "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "batch_draws", "outside_budget", "style", "epsilon_spent",
     "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",

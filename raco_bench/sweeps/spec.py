@@ -41,6 +41,15 @@ class SweepSpec:
     tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
     randomness: str = RUN.randomness  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
+    batch_draws: str = "auto"  # auto: shared batches per seed, own under accounted tuning | own | shared (docs/packs.md, "Shared batches")
+
+    @property
+    def draws(self) -> str:
+        """Where the runs' Poisson batches come from: ``batch_draws``, with ``auto`` resolved. Runs that share batch draws
+        are not independent of each other, and accounted tuning's guarantee needs independent runs: ``own`` there."""
+        if self.batch_draws != "auto":
+            return self.batch_draws
+        return "own" if self.tuning == "accounted" else "shared"
 
     @property
     def selection(self):
@@ -80,6 +89,10 @@ class SweepSpec:
             raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES}")
         if self.tuning not in TUNING_MODES:
             raise ValueError(f"invalid tuning={self.tuning!r}: choose one of {TUNING_MODES}")
+        from raco_bench.training.config import BATCH_DRAWS
+
+        if self.batch_draws not in ("auto", *BATCH_DRAWS):
+            raise ValueError(f"invalid batch_draws={self.batch_draws!r}: choose one of {('auto', *BATCH_DRAWS)}")
         if self.tuning == "accounted":
             if self.checkpoint != "private":
                 raise ValueError(f"accounted tuning selects on noisy validation scores that each run releases inside its budget: "
@@ -90,6 +103,9 @@ class SweepSpec:
                 raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a finite number >= 0")
             if self.tuning_repeats < 1:
                 raise ValueError(f"tuning_repeats must be >= 1, got {self.tuning_repeats}")
+            if self.batch_draws == "shared":
+                raise ValueError("accounted tuning's guarantee (Theorem 2) needs independent runs, and runs with shared batch draws are not "
+                                 "independent of each other: use --batch-draws own (the default with --tuning accounted)")
 
     @property
     def sweep_id(self) -> str:

@@ -106,7 +106,8 @@ def history_points(entry: dict) -> list[tracking.Point]:
 def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
-    optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics")
+    optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
+                                      "batch_draws")
                 if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
@@ -167,7 +168,7 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
 def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
-                                     "delta", "config_id", "seed", "preprocessing", "checkpoint")}
+                                     "delta", "config_id", "seed", "preprocessing", "checkpoint", "batch_draws")}
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
         row.update(repeat=trial["repeat"], tuning_runs=trial["tuning_runs"], tuning_note=trial.get("tuning_note", ""))

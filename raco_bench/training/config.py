@@ -24,6 +24,8 @@ CHECKPOINT_RULES = {
                "(Laplace-noised validation counts, charged to the budget)",
 }
 
+BATCH_DRAWS = ("own", "shared")  # where a run's Poisson batches come from (batch_stream_id)
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -45,6 +47,7 @@ class RunConfig:
     device: str = "cpu"
     randomness: str = "secret"  # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
     train_metrics: bool = False  # release exact training-set metrics (OUTSIDE the budget, labelled); checkpoint=paper reads them anyway
+    batch_draws: str = "own"  # own: Poisson batches from the run's own stream; shared: from one stream per seed (docs/packs.md, "Shared batches")
     params: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -72,6 +75,8 @@ class RunConfig:
             raise ValueError(f"invalid max_steps={self.max_steps!r}: must be >= 1")
         if self.eval_every < 1:
             raise ValueError(f"invalid eval_every={self.eval_every!r}: must be >= 1")
+        if self.batch_draws not in BATCH_DRAWS:
+            raise ValueError(f"invalid batch_draws={self.batch_draws!r}: choose one of {BATCH_DRAWS} (docs/packs.md, \"Shared batches\")")
         if self.randomness not in RANDOMNESS_MODES:
             raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES} (docs/privacy.md, \"Threat model\")")
 
@@ -105,7 +110,23 @@ class RunConfig:
 
 
 # what does not change a run's draws: where it runs, how often it is evaluated, and what is released about it
-NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params")
+NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws")  # batch_draws: batch_stream_id
+
+
+def batch_stream_id(cfg: RunConfig, own: int) -> int:
+    """The stream a run draws its Poisson gradient batches from: its own stream ``own`` (``batch_draws=own``), or
+    (``shared``) one stream per (dataset, split seed, seed), which every configuration with that seed shares.
+
+    Either way the run's batch at step t includes each row independently with probability q, independently across
+    steps (:func:`raco_bench.privacy.counter_rng.poisson_rows`), so its own ε is the same. Runs that share a batch
+    stream and a sampling rate draw the same batches, which a pack computes as dense products
+    (docs/packs.md, "Shared batches"); they are not independent of each other, so whatever needs independent runs
+    (accounted tuning, the white-box audit) keeps ``own``."""
+    if cfg.batch_draws == "own":
+        return own
+    identity = {"shared batches of": {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).digest()
+    return int.from_bytes(digest[:8], "little", signed=True)
 
 
 def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:

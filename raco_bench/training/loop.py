@@ -33,7 +33,7 @@ from raco_bench.methods import get_method
 from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.privacy.counter_rng import Keystream
-from raco_bench.training.config import CHECKPOINT_RULES, RunConfig, stream_id
+from raco_bench.training.config import CHECKPOINT_RULES, RunConfig, batch_stream_id, stream_id
 from raco_bench.training.evaluation import EvalSplit, evaluate_logits
 from raco_bench.training.selection import PrivateSelector, selection_steps
 
@@ -99,7 +99,7 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
     ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
-                  source=source, stream_id=stream_id(cfg, asdict(hyper)))
+                  source=source, stream_id=(own := stream_id(cfg, asdict(hyper))), batch_stream_id=batch_stream_id(cfg, own))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
     evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()

@@ -24,7 +24,7 @@ import torch
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.engine import INF, Engine, vector
-from raco_bench.packs.rows import GatheredRows, RowProducts, rows_for
+from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
@@ -36,6 +36,7 @@ class PackSettings:
     """Per-configuration numbers of a pack (vectors of length K; J columns for γ)."""
 
     seeds: torch.Tensor  # int64: each configuration's stream id (raco_bench.training.config.stream_id)
+    batch_seeds: torch.Tensor  # int64: the stream of its gradient batches (its own, or one shared per seed: batch_stream_id)
     steps: torch.Tensor  # int64, T_k
     sampling_rate: torch.Tensor  # float64, q_k
     expected_batch: torch.Tensor  # B_k
@@ -121,14 +122,26 @@ class StepNoise:
     valid: torch.Tensor  # K × M
     laplace: torch.Tensor | None  # K × (P·c) unit Laplace (line 3)
     gaussian: torch.Tensor | None  # K × (c·d + c) unit Gaussians (line 6), weight then bias
+    batch: torch.Tensor  # K: which distinct batch each configuration drew (equal: the same rows, from one batch stream and q)
 
     @staticmethod
     def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
-        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
+        """Each distinct (batch stream, q) draws its batch once; the configurations that share it share the rows."""
+        pairs = torch.stack([s.batch_seeds, s.sampling_rate.view(torch.int64)], 1)
+        distinct, batch = torch.unique(pairs, dim=0, return_inverse=True)
+        rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
         c, d = data.n_classes, data.X.shape[1]
         lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE, s.source), data.n_parts * c) if s.private and s.constrained else None
         gauss = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c) if s.private else None
-        return StepNoise(rows, valid, lap, gauss)
+        return StepNoise(rows[batch], valid[batch], lap, gauss, batch)
+
+    def shared_groups(self, min_size: int = 2) -> tuple[list[list[int]], list[int]]:
+        """The configurations that drew the same batch, as groups of at least ``min_size``, and the others."""
+        members: dict[int, list[int]] = {}
+        for k, b in enumerate(self.batch.tolist()):
+            members.setdefault(b, []).append(k)
+        shared = [g for g in members.values() if len(g) >= min_size]
+        return shared, sorted(k for g in members.values() if len(g) < min_size for k in g)
 
 
 def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None,
@@ -140,7 +153,10 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     contiguous vector operations rather than a reduction over a dimension of 2."""
     rows, valid = noise.rows[:, :width][idx], noise.valid[:, :width][idx]  # line 1
     c = data.n_classes
-    constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
+    if products is SharedRows:  # one batch for all: its constants gathered once
+        constants = torch.index_select(data.per_row, 1, rows[0])[:, None].expand(-1, rows.shape[0], -1)  # (c + 2) × k × M
+    else:
+        constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
     labels, sq_norms = constants[:c], constants[c]
     mask = valid.to(constants.dtype)
     batch = products(data.X, rows)
@@ -220,17 +236,19 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     t = state.step + 1
     noise = StepNoise.draw(s, data, t)
     widths = noise.valid.sum(1).tolist()
-    groups = chunks(widths, slot_bytes(data, products), budget)
-    if len(groups) == 1:
-        grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, products)
+    shared, alone = noise.shared_groups()
+    work = [(g, SharedRows) for group in shared for g in chunks([widths[k] for k in group], slot_bytes(data, SharedRows), budget, members=group)]
+    work += [(g, products) for g in chunks([widths[k] for k in alone], slot_bytes(data, products), budget, members=alone)]
+    if len(work) == 1 and len(work[0][0]) == s.size:
+        grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, work[0][1])
         return PackRelease(grad_w, grad_b, H, estimates)
     grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
     constrained = s.constrained and rates is not None
     estimates = torch.empty_like(state.estimates) if constrained else None
     H = state.weight.new_empty(s.size, rates.n_parts, data.n_classes) if constrained else None
-    for group in groups:
+    for group, kind in work:
         idx = torch.tensor(group, device=state.weight.device)
-        gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, products)
+        gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, kind)
         grad_w[idx], grad_b[idx] = gw, gb
         if est is not None:
             estimates[idx], H[idx] = est, hist.to(H.dtype)
@@ -276,6 +294,7 @@ def lagrangian_settings(runs: list, constrained: bool | None = None, private: bo
     private = method.private if private is None else private
     return PackSettings(
         seeds=vec([r.ctx.stream_id for r in runs], torch.int64),
+        batch_seeds=vec([r.ctx.batch_seed for r in runs], torch.int64),
         steps=vec([r.ctx.steps for r in runs], torch.int64),
         sampling_rate=vec([s.sampling_rate for s in st], torch.float64),
         expected_batch=vec([s.expected_batch for s in st]),
