@@ -88,7 +88,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     for size in sizes:
         k = singles if size == 1 else size
         for draws in DRAWS if size > 1 else ("own",):  # alone, a run's batches cost the same from either stream
-            runs = _runs(ds, DEFAULT_METHOD, k, device, eval_every, cache, draws=draws)
+            runs = _runs(ds, DEFAULT_METHOD, k, device, eval_every, cache, draws=draws, seeds=SEEDS if size > 1 else 1)  # alone: distinct configurations
             _sync(device)
             t0 = time.perf_counter()
             results = train_runs(runs) if size > 1 else [r for run in runs for r in train_runs([run])]

@@ -90,26 +90,33 @@ class IndexedRows:
 
 
 class SharedRows:
-    """One batch for every configuration (``rows[k]`` all equal: runs that share their batch draws, docs/packs.md,
-    "Shared batches"): the rows are copied out once (M × d) and both products are dense matrix products over every
-    configuration at once (GEMMs), with :class:`IndexedRows`'s two identities (c − 1 classes)."""
+    """Batches shared by groups of configurations (runs that share their batch draws, docs/packs.md, "Shared batches"):
+    ``rows`` holds G groups of ``group`` consecutive configurations each, the rows of a group's configurations all
+    equal. Each group's rows are copied out once (G × M × d) and both products are batched matrix products over
+    every configuration of a group at once, with :class:`IndexedRows`'s two identities (c − 1 classes)."""
 
-    def __init__(self, X: torch.Tensor, rows: torch.Tensor) -> None:
-        self.Xb = torch.index_select(X, 0, rows[0])
+    def __init__(self, X: torch.Tensor, rows: torch.Tensor, group: int | None = None) -> None:
+        S, M = rows.shape
+        self.group = group or S
+        self.Xb = torch.index_select(X, 0, rows.view(S // self.group, self.group, M)[:, 0].reshape(-1)).view(S // self.group, M, X.shape[1])
 
     def logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """The logits minus the last class's logit (its row is zero)."""
-        K, c, d = weight.shape
-        M = self.Xb.shape[0]
-        relative = (weight[:, :-1] - weight[:, -1:]).transpose(0, 1).reshape((c - 1) * K, d)
-        out = weight.new_zeros(c, K, M)
-        out[:-1] = torch.addmm((bias[:, :-1] - bias[:, -1:]).T.reshape(-1, 1), relative, self.Xb.T).view(c - 1, K, M)
+        S, c, d = weight.shape
+        G, M, k = self.Xb.shape[0], self.Xb.shape[1], self.group
+        relative = (weight[:, :-1] - weight[:, -1:]).reshape(G, k * (c - 1), d)
+        shift = (bias[:, :-1] - bias[:, -1:]).reshape(G, k * (c - 1), 1)
+        products = torch.baddbmm(shift, relative, self.Xb.transpose(1, 2))  # G × k(c − 1) × M
+        out = weight.new_zeros(c, S, M)
+        out[:-1] = products.view(G, k, c - 1, M).permute(2, 0, 1, 3).reshape(c - 1, S, M)
         return out
 
     def gradient_sums(self, residual: torch.Tensor) -> torch.Tensor:
         """Σ_i residual[j, k, i] · x_i; ``residual`` must sum to zero over classes j (a softmax gradient)."""
-        c, K, M = residual.shape
-        sums = (residual[:-1].reshape((c - 1) * K, M) @ self.Xb).view(c - 1, K, -1).transpose(0, 1)
+        c, S, M = residual.shape
+        G, k = self.Xb.shape[0], self.group
+        weights = residual[:-1].reshape(c - 1, G, k, M).permute(1, 2, 0, 3).reshape(G, k * (c - 1), M)
+        sums = torch.bmm(weights, self.Xb).view(S, c - 1, -1)
         return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
 
 

@@ -17,6 +17,7 @@ follows ``sgda_step`` line by line; the line numbers are Algorithm 1's (docs/met
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -153,10 +154,7 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     contiguous vector operations rather than a reduction over a dimension of 2."""
     rows, valid = noise.rows[:, :width][idx], noise.valid[:, :width][idx]  # line 1
     c = data.n_classes
-    if products is SharedRows:  # one batch for all: its constants gathered once
-        constants = torch.index_select(data.per_row, 1, rows[0])[:, None].expand(-1, rows.shape[0], -1)  # (c + 2) × k × M
-    else:
-        constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
+    constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
     labels, sq_norms = constants[:c], constants[c]
     mask = valid.to(constants.dtype)
     batch = products(data.X, rows)
@@ -237,9 +235,9 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     noise = StepNoise.draw(s, data, t)
     widths = noise.valid.sum(1).tolist()
     shared, alone = noise.shared_groups()
-    work = [(g, SharedRows) for group in shared for g in chunks([widths[k] for k in group], slot_bytes(data, SharedRows), budget, members=group)]
+    work = [(slots, functools.partial(SharedRows, group=size)) for slots, size in group_chunks(shared, widths, slot_bytes(data, SharedRows), budget)]
     work += [(g, products) for g in chunks([widths[k] for k in alone], slot_bytes(data, products), budget, members=alone)]
-    if len(work) == 1 and len(work[0][0]) == s.size:
+    if len(work) == 1 and work[0][0] == list(range(s.size)):
         grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, work[0][1])
         return PackRelease(grad_w, grad_b, H, estimates)
     grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
@@ -249,10 +247,31 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     for group, kind in work:
         idx = torch.tensor(group, device=state.weight.device)
         gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, kind)
-        grad_w[idx], grad_b[idx] = gw, gb
+        grad_w[idx], grad_b[idx] = gw, gb  # a configuration repeated as padding writes its own values again
         if est is not None:
             estimates[idx], H[idx] = est, hist.to(H.dtype)
     return PackRelease(grad_w, grad_b, H, estimates)
+
+
+def group_chunks(groups: list[list[int]], widths: list[int], per_slot: int, budget: int, slack: float = 1.25) -> list[tuple[list[int], int]]:
+    """Groups of configurations that share a batch, packed into chunks like :func:`chunks` packs configurations: groups
+    whose widths are within ``slack`` (+ 64 rows) of the chunk's narrowest, padded arrays within ``budget``. A chunk
+    is (slots, k): every group's members padded to the chunk's largest group size k by repeating its first member
+    (a repeated configuration computes its own values twice), ready for :class:`SharedRows` with ``group=k``."""
+    out: list[list[list[int]]] = []
+    for g in sorted(groups, key=lambda g: widths[g[0]]):
+        if out:
+            chunk = out[-1]
+            k = max(len(g), *(len(h) for h in chunk))
+            if widths[g[0]] <= slack * widths[chunk[0][0]] + 64 and (len(chunk) + 1) * k * max(widths[g[0]], 1) * per_slot <= budget:
+                chunk.append(g)
+                continue
+        out.append([g])
+    result = []
+    for chunk in out:
+        k = max(len(g) for g in chunk)
+        result.append(([m for g in chunk for m in g + [g[0]] * (k - len(g))], k))
+    return result
 
 
 def apply_release(state: PackState, s: PackSettings, release: PackRelease) -> PackState:
