@@ -108,7 +108,24 @@ class Keystream:
         if self.secret is None:
             i = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=keys.device)
             return mix(keys.key[..., None] + i * _GAMMA)
-        return secret_words(self.secret, keys, start, count)
+        return secret_words(self.secret, keys, start, count, self.cipher())
+
+    def cipher(self):
+        """AES-256 under the secret key, built once per word source (building it costs as much as a step's draws). It is
+        not pickled: a copy of the word source (a Ray trial's) builds its own."""
+        cipher = self.__dict__.get("_cipher")
+        if cipher is None:
+            from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+            cipher = Cipher(algorithms.AES(self.secret), modes.ECB())
+            object.__setattr__(self, "_cipher", cipher)
+        return cipher
+
+    def __getstate__(self) -> dict:
+        return {"secret": self.secret}
+
+    def __setstate__(self, state: dict) -> None:
+        object.__setattr__(self, "secret", state["secret"])
 
 
 REPRODUCIBLE = Keystream()
@@ -169,7 +186,7 @@ def stream_keys(seeds: torch.Tensor, step: torch.Tensor | int, purpose: int, sou
     return StreamKeys(key, tag, source)
 
 
-def secret_words(secret: bytes, keys: StreamKeys, start: int, count: int) -> torch.Tensor:
+def secret_words(secret: bytes, keys: StreamKeys, start: int, count: int, cipher=None) -> torch.Tensor:
     """Words ``start … start+count−1`` of each stream's AES-256-CTR keystream (one OpenSSL call for every stream).
 
     Block j of a stream is AES_k(hi ‖ lo) with hi = the stream key and lo = tag + j (both big-endian, so this is
@@ -190,7 +207,8 @@ def secret_words(secret: bytes, keys: StreamKeys, start: int, count: int) -> tor
     blocks[:, :, 1] = lo[:, None] + np.arange(first, last + 1, dtype=np.uint64)[None, :]
     blocks.byteswap(inplace=True)
     stream = np.empty(blocks.nbytes + 15, dtype=np.uint8)  # update_into wants room for one more block
-    Cipher(algorithms.AES(secret), modes.ECB()).encryptor().update_into(blocks.tobytes(), stream)  # ECB of counter blocks = CTR keystream
+    cipher = cipher or Cipher(algorithms.AES(secret), modes.ECB())
+    cipher.encryptor().update_into(blocks.tobytes(), stream)  # ECB of counter blocks = CTR keystream
     out = stream[: blocks.nbytes].view("<i8").reshape(hi.shape[0], 2 * n_blocks)[:, start - 2 * first : start - 2 * first + count]
     return torch.from_numpy(np.ascontiguousarray(out)).to(keys.device).reshape(*shape, count)
 
