@@ -24,7 +24,8 @@ COMMANDS = {
     "report": "figures and tables of a sweep from MLflow",
     "sweeps": "the sweeps in a tracking store: id, experiment, state, configurations recorded / planned per phase, command",
     "results": "RaCO-DP against every other method, study by study and per epsilon, from the results pages in DIR (comparison.md/.csv)",
-    "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), report-scale, preprocessing (accuracy cost of public domains)",
+    "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
+             "report-scale, preprocessing (accuracy cost of public domains)",
 }
 
 
@@ -179,6 +180,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import throughput
 
         return throughput.main(args.rest)
+    if args.what == "memory":
+        from raco_bench.benchmarks import pack_memory
+
+        return pack_memory.main(args.rest)
     if args.what == "preprocessing":
         from raco_bench.benchmarks import preprocessing_cost
 
@@ -483,7 +488,7 @@ def _add_results(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "report-scale", "preprocessing", "audit"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 

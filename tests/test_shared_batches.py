@@ -72,12 +72,12 @@ def test_the_batch_stream_is_shared_by_seed_and_nothing_else_and_own_by_default(
     other = dataclasses.replace(base, params={"batch_size": 1024, "lr": 0.1}, gamma=0.1, epsilon=3.0)
     own = [stream_id(c, c.params) for c in (base, other)]
     assert own[0] != own[1]
-    assert [batch_stream_id(c, s) for c, s in zip((base, other), own)] == own  # the default: each run its own batches
+    assert [batch_stream_id(c) for c in (base, other)] == [None, None]  # the default: each run its own batches (its stream)
     shared = [dataclasses.replace(c, batch_draws="shared") for c in (base, other)]
-    ids = [batch_stream_id(c, s) for c, s in zip(shared, own)]
+    ids = [batch_stream_id(c) for c in shared]
     assert ids[0] == ids[1] and ids[0] not in own
-    assert batch_stream_id(dataclasses.replace(shared[0], seed=4), own[0]) != ids[0]
-    assert batch_stream_id(dataclasses.replace(shared[0], split_seed=1), own[0]) != ids[0]
+    assert batch_stream_id(dataclasses.replace(shared[0], seed=4)) != ids[0]
+    assert batch_stream_id(dataclasses.replace(shared[0], split_seed=1)) != ids[0]
     assert stream_id(shared[0], base.params) == own[0]  # the noise streams stay the run's own
     with pytest.raises(ValueError, match="batch_draws"):
         dataclasses.replace(base, batch_draws="pooled").validate()

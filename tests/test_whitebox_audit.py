@@ -79,8 +79,8 @@ def test_a_broken_raco_dp_engine_is_caught(bug):
     assert r.bound.epsilon_lower > r.claimed_epsilon, f"{bug}: {r.summary()}"
 
 
-LAST_ROW_ALWAYS = [("        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)",
-                    "        rows, valid = rng.poisson_rows(rng.stream_keys(s.seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)\n"
+DRAW = "        rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))"
+LAST_ROW_ALWAYS = [(DRAW, DRAW + "\n"
                     "        has_last = ((rows == data.n - 1) & valid).any(1, keepdim=True)\n"
                     "        rows = torch.cat([rows, torch.full_like(rows[:, :1], data.n - 1)], 1)\n"
                     "        valid = torch.cat([valid, ~has_last], 1)")]

@@ -10,7 +10,8 @@ every run drawing its own batches and once with shared batch draws (the sweep de
 "Shared batches"); pack size 1 is each configuration trained alone. It prints, and logs to MLflow
 (experiment ``raco-bench-throughput``, shown by ``raco-bench report``):
 
-* configurations per hour for each pack size and batch draws, and the step-only cost per configuration;
+* configurations per hour for each pack size and batch draws, the step-only cost per configuration and the share of
+  the time spent in evaluations;
 * the ratio of a configuration's step cost in the largest pack to a single configuration's step;
 * the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ);
 * the cost of secret randomness: RaCO-DP's step cost per configuration inside the largest pack with the
@@ -96,8 +97,9 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
             wall = time.perf_counter() - t0
             steps = sum(r.steps for r in results)
             step_ms = statistics.fmean(r.timing["ms_per_step"] for r in results)
+            evals, trains = sum(r.timing["eval_s"] for r in results), sum(r.timing["train_s"] for r in results)
             rows.append({"pack_size": size, "batch_draws": draws, "configurations": k, "seconds": wall, "configs_per_hour": 3600 * k / wall,
-                         "mean_T": steps / k, "step_ms_per_config": step_ms})
+                         "mean_T": steps / k, "step_ms_per_config": step_ms, "eval_share": evals / (evals + trains)})
             progress.advance(f"pack size {size}, {draws} batches: {3600 * k / wall:,.0f} configurations/hour")
     # step-only ratios at fixed settings (the method's defaults with B = 1024, T = 100): one configuration alone vs in the
     # largest pack, and RaCO-DP vs DP-SGD inside that pack; after a warm-up, the median of repeats (a 100-step run is short)
@@ -133,11 +135,11 @@ def hardware(device: str) -> str:
 
 
 def format_report(out: dict, hw: str) -> str:
-    lines = [f"hardware: {hw}", "", "| pack size | batch draws | configurations | seconds | configurations / hour | mean T | step ms per configuration |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"hardware: {hw}", "", "| pack size | batch draws | configurations | seconds | configurations / hour | mean T | step ms per configuration "
+             "| evaluation share |", "|---|---|---|---|---|---|---|---|"]
     for r in out["rows"]:
         lines.append(f"| {r['pack_size']} | {r['batch_draws']} | {r['configurations']} | {r['seconds']:.1f} | {r['configs_per_hour']:,.0f} | "
-                     f"{r['mean_T']:.0f} | {r['step_ms_per_config']:.4f} |")
+                     f"{r['mean_T']:.0f} | {r['step_ms_per_config']:.4f} | {r['eval_share']:.2f} |")
     rate = {(r["pack_size"], r["batch_draws"]): r["configs_per_hour"] for r in out["rows"]}
     lines.append("")
     lines += [f"shared / own batch draws, configurations per hour at pack size {s}: {rate[s, 'shared'] / rate[s, 'own']:.2f}"

@@ -74,17 +74,20 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]
     step_time = torch.zeros(K, dtype=torch.float64)  # each step's time, shared by the configurations it trained
+    eval_time = torch.zeros(K, dtype=torch.float64)  # each batched evaluation's time, shared by the configurations it evaluated
     start, last_save, T_max = 1, time.monotonic(), int(engine.steps.max())
     if checkpoint is not None and checkpoint.restored is not None:
         saved = checkpoint.restored
         engine.state, step_time, start = saved["engine"], saved["step_time"], int(saved["step"]) + 1
+        eval_time = saved.get("eval_time", eval_time)
         for k, rec in enumerate(recorders):
             rec.restore(saved["recorders"][k])
             for entry in rec.history if progress else ():  # live curves: points already stored are skipped, lost ones sent again
                 progress(k, entry)
     for t in range(start, T_max + 1):
         if checkpoint is not None and t > start and time.monotonic() - last_save >= checkpoint.every_s:
-            checkpoint.save({"step": t - 1, "engine": engine.state, "step_time": step_time, "recorders": [r.snapshot() for r in recorders]})
+            checkpoint.save({"step": t - 1, "engine": engine.state, "step_time": step_time, "eval_time": eval_time,
+                             "recorders": [r.snapshot() for r in recorders]})
             last_save = time.monotonic()
         t0 = time.perf_counter()
         engine.step()
@@ -93,6 +96,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         due = [k for k in range(K) if recorders[k].wants(t)]
         if not due:
             continue
+        t0 = time.perf_counter()
         weight, bias = engine.linear(torch.tensor(due, device=ctx0.device))
         metrics, val_logits = {}, None
         for name, split in first.evals.items():
@@ -104,7 +108,8 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         for i, k in enumerate(due):
             recorders[k].observe(t, engine.params(k), {name: m[i] for name, m in metrics.items()}, engine.report(k),
                                  val_logits[:, :, i] if val_logits is not None else None)
-    return [rec.result(snapshot(engine.params(k)), float(step_time[k])) for k, rec in enumerate(recorders)]
+        eval_time[due] += (time.perf_counter() - t0) / len(due)
+    return [rec.result(snapshot(engine.params(k)), float(step_time[k]), float(eval_time[k])) for k, rec in enumerate(recorders)]
 
 
 def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None, checkpoint: PackCheckpoint | None = None) -> list[RunResult]:

@@ -213,7 +213,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     throughput = load_throughput(uri)
     if throughput is not None:
         path = out / "throughput.md"
-        cols = [c for c in ("pack_size", "batch_draws", "configurations", "seconds", "configs_per_hour", "mean_T", "step_ms_per_config") if c in throughput]
+        cols = [c for c in ("pack_size", "batch_draws", "configurations", "seconds", "configs_per_hour", "mean_T", "step_ms_per_config", "eval_share")
+                if c in throughput]
         path.write_text(f"Configurations per hour by pack size (hardware: {throughput['hardware'].iloc[0]}; `raco-bench bench throughput`).\n\n"
                         + markdown_table(throughput[cols].round(4)) + "\n")
         report.files.append(path)

@@ -238,8 +238,24 @@ def make_packs(trials: list[Trial], pack_size: int) -> list[dict]:
     return packs
 
 
-def auto_pack_size(n_trials: int, slots: float, gpu: bool) -> int:
+def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
     """At least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations per
-    pack on a CPU (a pack of 256 Adult configurations holds ~0.5 GB) and 1,024 on a GPU."""
+    pack on a CPU and 1,024 on a GPU, and on a CPU at most what ``fits(limit)`` says fits the node's memory
+    (:func:`raco_bench.packs.memory.largest_pack`)."""
     cap = 1024 if gpu else 256
-    return max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))
+    size = max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))
+    return min(size, fits(size)) if fits is not None and not gpu else size
+
+
+def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:
+    """``fits(limit)`` for :func:`auto_pack_size`: the largest pack of these trials (their widest expected batch, their
+    most evaluations) that the memory model (docs/packs.md, "Memory") fits in this node's share per slot."""
+    from raco_bench.packs.memory import evaluations_of, largest_pack, pack_budget
+
+    budget = pack_budget(slots, shape, free)
+    if budget is None or not trials:
+        return None
+    batch = max(float(t["params"].get("batch_size", 0) or 0) for t in trials) or float(shape.n_train)
+    selection = spec.selection_checkpoints if spec.checkpoint == "private" else 0
+    evaluations = max(evaluations_of(t.get("steps") or spec.max_steps, spec.eval_every, selection) for t in trials)
+    return lambda limit: largest_pack(limit, shape, batch, evaluations, budget)

@@ -30,11 +30,22 @@ from dataclasses import asdict
 from pathlib import Path
 
 from raco_bench import tracking
+from raco_bench.packs.memory import DataShape
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.configurations import LABEL_TAGS, log_configuration_runs
 from raco_bench.sweeps.listing import PLANNED
-from raco_bench.sweeps.plan import Selection, Trial, auto_pack_size, constant_predictor_accuracy, make_packs, phase1_trials, phase2_trials, select
+from raco_bench.sweeps.plan import (
+    Selection,
+    Trial,
+    auto_pack_size,
+    constant_predictor_accuracy,
+    make_packs,
+    pack_memory_fit,
+    phase1_trials,
+    phase2_trials,
+    select,
+)
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
@@ -106,7 +117,8 @@ def not_recorded(trials: list[Trial], uri: str, experiment_id: str, spec: SweepS
     return [t for t in trials if t["trial_key"] not in done]
 
 
-def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None) -> None:
+def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None,
+              shape=None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
     recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
     that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
@@ -117,7 +129,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, 
     tracking.set_status(uri, parent, "RUNNING")
     tracking.set_tags(uri, parent, {PLANNED: str(len(trials))})  # what `raco-bench sweeps` counts against
     try:
-        _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key)
+        _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key, shape)
     except PhaseIncomplete as exc:
         tracking.set_status(uri, parent, exc.status)
         raise
@@ -131,7 +143,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, 
 
 
 def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, parent: str, storage: str,
-                 key: bytes | None) -> None:
+                 key: bytes | None, shape=None) -> None:
     import ray
 
     resources, _ = _resources(args)
@@ -139,10 +151,13 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
     slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
-    size = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
+    fits = pack_memory_fit(todo, spec, shape, slots) if shape is not None else None
+    size = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")), fits)
+    unlimited = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
     packs = make_packs(todo, size)
+    limited = " (the memory model fits no more in this node's share per slot: docs/packs.md, \"Memory\")" if size < unlimited else ""
     print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "
-          f"in {len(packs)} packs of up to {size}", flush=True)
+          f"in {len(packs)} packs of up to {size}{limited}", flush=True)
     attempt = 0
     while todo:
         tracking.drop_abandoned_packs(uri, experiment_id, spec.sweep_id, phase, {p["pack_key"] for p in packs})
@@ -343,13 +358,13 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     log_dataset_input(uri, parent1, ds)
 
     if spec.tuning == "accounted":
-        return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key)
+        return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
     trials1 = phase1_trials(spec, len(ds.train))
     confirm(spec, trials1, args, ray.cluster_resources().get("CPU", 1.0))
     cal = calibrate(spec, trials1, len(ds.train))
     print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, "
           f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
-    run_phase(spec, 1, trials1, args, uri, experiment_id, storage, key)
+    run_phase(spec, 1, trials1, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results1 = phase_results(uri, experiment_id, spec, 1)
     positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
     selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
@@ -362,7 +377,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     trials2 = phase2_trials(spec, selections)
     calibrate(spec, trials2, len(ds.train))
     print(f"[sweep] phase 2: {len(trials2)} trials (winners x {spec.phase2_seeds} fresh seeds)", flush=True)
-    run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key)
+    run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
     elapsed = time.perf_counter() - t0
@@ -419,7 +434,8 @@ def record_provenance(uri: str, parent: str, resources: dict) -> None:
     tracking.set_tags(uri, parent, {k: v[:4900] for k, v in tags.items()})
 
 
-def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float, key: bytes | None) -> dict:
+def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, t0: float, key: bytes | None,
+                  shape: DataShape | None = None) -> dict:
     """``--tuning accounted``: every repetition's private random search in one phase, then the releases
     (:mod:`raco_bench.sweeps.accounted`); there is no phase 2, the released runs are the result."""
     import ray
@@ -435,7 +451,7 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
                   f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
                   f"(delta {spec.delta:g}), tuning included", flush=True)
     confirm(spec, trials, args, ray.cluster_resources().get("CPU", 1.0))
-    run_phase(spec, 1, trials, args, uri, experiment_id, storage, key)
+    run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
     results = phase_results(uri, experiment_id, spec, 1)
     releases = select_released(spec, results)
     text, rows = summarize_released(spec, releases, results)

@@ -136,7 +136,7 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
             metrics.update(_flat(f"{split}_", reported[split]))
             metrics.update(_flat(f"last_{split}_", result.last[split]))
     p = result.privacy
-    metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"],
+    metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"], eval_s=result.timing.get("eval_s", math.nan),
                    reported_step=float(reported.get("step", result.steps)))
     noisy = reported.get("noisy_validation")
     if not noisy and result.selection_releases:  # no checkpoint met the constraints: the last iterate, released at step T too

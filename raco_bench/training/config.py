@@ -113,9 +113,9 @@ class RunConfig:
 NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws")  # batch_draws: batch_stream_id
 
 
-def batch_stream_id(cfg: RunConfig, own: int) -> int:
-    """The stream a run draws its Poisson gradient batches from: its own stream ``own`` (``batch_draws=own``), or
-    (``shared``) one stream per (dataset, split seed, seed), which every configuration with that seed shares.
+def batch_stream_id(cfg: RunConfig) -> int | None:
+    """The stream a run draws its Poisson gradient batches from: None for its own stream (``batch_draws=own``), or
+    (``shared``) the id of one stream per (dataset, split seed, seed), which every configuration with that seed shares.
 
     Either way the run's batch at step t includes each row independently with probability q, independently across
     steps (:func:`raco_bench.privacy.counter_rng.poisson_rows`), so its own ε is the same. Runs that share a batch
@@ -123,7 +123,7 @@ def batch_stream_id(cfg: RunConfig, own: int) -> int:
     (docs/packs.md, "Shared batches"); they are not independent of each other, so whatever needs independent runs
     (accounted tuning, the white-box audit) keeps ``own``."""
     if cfg.batch_draws == "own":
-        return own
+        return None
     identity = {"shared batches of": {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).digest()
     return int.from_bytes(digest[:8], "little", signed=True)

@@ -99,7 +99,7 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
     ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
-                  source=source, stream_id=(own := stream_id(cfg, asdict(hyper))), batch_stream_id=batch_stream_id(cfg, own))
+                  source=source, stream_id=stream_id(cfg, asdict(hyper)), batch_stream_id=batch_stream_id(cfg))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
     evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()
@@ -185,7 +185,9 @@ class RunRecorder:
             if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
                 self.selected_params = snapshot(params)
 
-    def result(self, final_params: dict, step_time: float) -> RunResult:
+    def result(self, final_params: dict, step_time: float, eval_time: float = 0.0) -> RunResult:
+        """The run's result; ``step_time`` and ``eval_time`` are the seconds its steps and its evaluations took (in a pack,
+        its share of each batched step and evaluation)."""
         run, ctx = self.run, self.run.ctx
         cfg, ds, T, history = ctx.config, ctx.dataset, self.T, self.history
         selected = self.selected
@@ -214,7 +216,7 @@ class RunRecorder:
             last=last,
             selected=selected,
             reported=reported,
-            timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1)},
+            timing={"train_s": step_time, "ms_per_step": 1000 * step_time / max(T, 1), "eval_s": eval_time},
             final_params=final_params,
             reported_params=chosen_params if chosen is not None else final_params,
             selection_releases=self.selector.releases if self.selector is not None else [],
@@ -228,12 +230,13 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
     state = method.init_state(ctx, ctx.stream())
     tau = getattr(ctx.hyper, "temperature", 1.0)
     gammas = ctx.rates.gamma[None] if ctx.rates is not None else None
-    step_time = 0.0
+    step_time = eval_time = 0.0
     for t in range(1, ctx.steps + 1):
         s0 = time.perf_counter()
         state = method.step(ctx, state)
         step_time += time.perf_counter() - s0
         if recorder.wants(t):
+            s0 = time.perf_counter()
             params = method.params(state)
             outputs = {name: method.eval_outputs(ctx, params, split) for name, split in run.evals.items()}
             logits = {name: z[..., None] for name, (z, _) in outputs.items()}  # N × c × 1
@@ -241,7 +244,8 @@ def execute(run: Run, progress: Callable[[dict], None] | bool | None = None) -> 
                                              None if outputs[name][1] is None else outputs[name][1][:, None])[0]
                        for name, split in run.evals.items()}
             recorder.observe(t, params, metrics, method.report(ctx, state), logits["val"][..., 0])
-    return recorder.result(snapshot(method.params(state)), step_time)
+            eval_time += time.perf_counter() - s0
+    return recorder.result(snapshot(method.params(state)), step_time, eval_time)
 
 
 def snapshot(params: dict) -> dict:

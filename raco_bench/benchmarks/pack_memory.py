@@ -1,0 +1,103 @@
+"""`raco-bench bench memory`: a pack's measured peak memory beside the memory model (raco_bench/packs/memory.py).
+
+Each case runs in a fresh process: it loads the dataset, prepares K RaCO-DP runs as a sweep's phase 1 does
+(sampled configurations × 5 seeds, ε = 1, T calibrated, evaluation every ``--eval-every`` steps, shared batch draws),
+reads its resident memory, then trains the pack while a thread samples the resident memory every 5 ms. The pack's
+peak is the largest sample minus the memory before training (the process, the dataset and the prepared runs are not
+the pack's). Measurements are for the docs' table, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import threading
+import time
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident() -> int:
+    """This process's resident memory in bytes (Linux /proc)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * PAGE
+
+
+def model_for(runs: list):
+    """The memory model's estimate for a pack of ``runs`` (their largest batch, split and number of evaluations)."""
+    from raco_bench.packs.memory import estimate, evaluations_of
+
+    first = runs[0].ctx
+    evals = max(evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
+                for r in runs)
+    return estimate(len(runs), first.n_train, first.dataset.n_features, first.dataset.n_classes, first.rates.n_parts,
+                    max(len(s.y) for s in runs[0].evals.values()), max(r.ctx.plan.settings.expected_batch for r in runs), evals,
+                    gpu=first.device.type == "cuda")
+
+
+def _case(dataset: str, k: int, eval_every: int, out) -> None:
+    import torch
+
+    from raco_bench.benchmarks.throughput import _runs
+    from raco_bench.data import load_dataset
+    from raco_bench.methods import DEFAULT_METHOD
+    from raco_bench.packs.run import train_runs
+    from raco_bench.privacy.calibration import CalibrationCache
+
+    torch.set_num_threads(1)
+    ds = load_dataset(dataset)
+    runs = _runs(ds, DEFAULT_METHOD, k, "cpu", eval_every, CalibrationCache())
+    before, peak, done = resident(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], resident())
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    train_runs(runs)
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    model = model_for(runs)
+    out.put({"dataset": dataset, "configurations": k, "seconds": seconds, "before_mb": before / 2**20, "measured_mb": (peak[0] - before) / 2**20,
+             "model_mb": model.total / 2**20, "parts_mb": {f: getattr(model, f) / 2**20 for f in ("tables", "state", "step", "evaluation", "history")}})
+
+
+def measure(datasets: list[str], sizes: list[int], eval_every: int) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    rows = []
+    for dataset in datasets:
+        for k in sizes:
+            q = ctx.Queue()
+            proc = ctx.Process(target=_case, args=(dataset, k, eval_every, q))
+            proc.start()
+            rows.append(q.get())
+            proc.join()
+            r = rows[-1]
+            print(f"{dataset} K={k}: measured {r['measured_mb']:.0f} MB, model {r['model_mb']:.0f} MB "
+                  f"({r['model_mb'] / max(r['measured_mb'], 1e-9):.2f}×), process before the pack {r['before_mb']:.0f} MB, {r['seconds']:.0f} s", flush=True)
+    return rows
+
+
+def format_report(rows: list[dict]) -> str:
+    lines = ["| dataset | K | measured peak MB | model MB | model / measured | tables | state | step | evaluation | history |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r["parts_mb"]
+        lines.append(f"| {r['dataset']} | {r['configurations']} | {r['measured_mb']:.0f} | {r['model_mb']:.0f} | {r['model_mb'] / r['measured_mb']:.2f} | "
+                     f"{p['tables']:.0f} | {p['state']:.0f} | {p['step']:.0f} | {p['evaluation']:.0f} | {p['history']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="raco-bench bench memory", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", nargs="+", default=["adult", "heart"])
+    p.add_argument("--sizes", type=int, nargs="+", default=[64, 256])
+    p.add_argument("--eval-every", type=int, default=25, help="evaluation interval (default 25, the papers')")
+    args = p.parse_args(argv)
+    print(format_report(measure(args.datasets, args.sizes, args.eval_every)))
+    return 0

@@ -1,0 +1,117 @@
+"""How much memory a pack takes beyond its process and its dataset, before it is trained (docs/packs.md, "Memory").
+
+A sweep picks its pack size from this model and the node's free memory, so that a default sweep never drives a node
+into Ray's memory monitor (which kills workers at 95 % of the node's memory). The model adds five parts, each the
+arrays the code holds at once at its peak; the byte counts per element are those of the code (float32 arrays,
+int64 indices, float64 noise), and the two numbers that are not (a history entry and the evaluation's working
+arrays) are measured by ``raco-bench bench memory``, which prints the model beside each measured peak.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+HISTORY_ENTRY_BYTES = 7_500  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
+EVAL_BYTES_PER_ROW = 17  # per row, class and model: the logits and the metrics' working arrays of one split, measured
+STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
+CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
+
+
+@dataclass(frozen=True)
+class PackMemory:
+    """Bytes a pack of K configurations holds at its peak, by part."""
+
+    tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's)
+    state: int  # parameters, multipliers, settings and one step's noise draws of every configuration
+    step: int  # one chunk's per-slot arrays
+    evaluation: int  # one batched evaluation of the K models on the largest split
+    history: int  # every configuration's recorded evaluations, kept until the pack ends
+
+    @property
+    def total(self) -> int:
+        return self.tables + self.state + self.step + self.evaluation + self.history
+
+
+def expected_width(n_train: int, batch: float) -> int:
+    """The padded width of a step's widest Poisson batch of expected size ``batch`` (mean + 6 sd, as poisson_rows)."""
+    return min(n_train, int(batch + 6.0 * math.sqrt(batch + 1.0) + 16))
+
+
+def estimate(K: int, n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int, batch: float, evaluations: int,
+             gpu: bool = False) -> PackMemory:
+    """The model for K configurations of expected batch size up to ``batch``, each evaluated ``evaluations`` times on
+    splits of at most ``eval_rows`` rows (logistic regression: c × d weights)."""
+    c, d = n_classes, n_features
+    width = expected_width(n_train, batch)
+    per_slot = 4 * (c + 2 + n_parts) + 8  # float32 per-row arrays and an int64 row index per (configuration, slot)
+    chunk = min(CHUNK_GPU if gpu else CHUNK_CPU, K * width * 4 * c)  # chunks are cut at this budget (raco_bench.packs.tensors.chunks)
+    step = STEP_ARRAYS * chunk + K * width * per_slot
+    state = K * (3 * 4 * (c * d + c) + 8 * (c * d + c + n_parts * c) + 64 * 4)  # params, update, noise (float64) and settings
+    tables = 4 * (c + 2 + n_parts) * n_train
+    return PackMemory(tables=tables, state=state, step=step, evaluation=EVAL_BYTES_PER_ROW * eval_rows * c * K,
+                      history=HISTORY_ENTRY_BYTES * evaluations * K)
+
+
+def evaluations_of(steps: int, eval_every: int, selection_checkpoints: int = 0) -> int:
+    """How many evaluations a configuration of T = ``steps`` records: step 1, every ``eval_every``, T, its checkpoints."""
+    return 2 + steps // eval_every + selection_checkpoints
+
+
+PROCESS_BYTES = 700 * 2**20  # a Ray worker before its pack: Python, torch, Ray, MLflow and the prepared runs (measured: 560–690 MiB)
+FREE_SHARE = 0.7  # of the node's available memory, what the packs running at once may take (Ray's monitor kills at 95 %)
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What the model needs of a dataset: the training split's size and width, classes, rate-constraint cells (an upper
+    bound: group × class) and the largest evaluation split."""
+
+    n_train: int
+    n_features: int
+    n_classes: int
+    n_parts: int
+    eval_rows: int
+
+    @staticmethod
+    def of(dataset) -> "DataShape":
+        return DataShape(len(dataset.train), dataset.n_features, dataset.n_classes, dataset.n_groups * dataset.n_classes,
+                         max(len(dataset.val), len(dataset.test)))
+
+    @property
+    def dataset_bytes(self) -> int:
+        """The dataset's float32 features in a worker (training and the two evaluation splits)."""
+        return 4 * self.n_features * (self.n_train + 2 * self.eval_rows)
+
+
+def available_memory() -> int | None:
+    """This node's available memory in bytes (Linux ``MemAvailable``), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def largest_pack(limit: int, shape: DataShape, batch: float, evaluations: int, budget: float) -> int:
+    """The largest K ≤ ``limit`` whose estimate fits ``budget`` bytes (at least 1: a single run is trained whatever)."""
+    def fits(k: int) -> bool:
+        return estimate(k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows, batch, evaluations).total <= budget
+
+    lo, hi = 1, max(1, limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def pack_budget(slots: float, shape: DataShape, free: int | None = None) -> float | None:
+    """Bytes one pack may take when ``slots`` packs train at once on this node: a share of its available memory, less
+    each worker's process and dataset. None where the available memory cannot be read."""
+    free = available_memory() if free is None else free
+    if free is None:
+        return None
+    return FREE_SHARE * free / max(slots, 1.0) - PROCESS_BYTES - shape.dataset_bytes

@@ -1,0 +1,49 @@
+"""The memory model of a pack and the pack size it gives a sweep (raco_bench/packs/memory.py; docs/packs.md, "Memory").
+
+The model against measured peaks is a benchmark (`raco-bench bench memory`), never a test; these check its structure
+and how a sweep uses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from raco_bench.packs.memory import PROCESS_BYTES, DataShape, estimate, evaluations_of, largest_pack, pack_budget
+from raco_bench.sweeps.plan import auto_pack_size, pack_memory_fit, phase1_trials
+from raco_bench.sweeps.spec import SweepSpec
+
+ADULT = DataShape(n_train=28_829, n_features=104, n_classes=2, n_parts=4, eval_rows=9_611)
+HEART = DataShape(n_train=161_722, n_features=30, n_classes=2, n_parts=4, eval_rows=44_139)
+
+
+def _total(shape: DataShape, k: int, batch: float = 1024, evaluations: int = 202) -> int:
+    return estimate(k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows, batch, evaluations).total
+
+
+def test_the_estimate_grows_with_every_input_and_adds_its_parts():
+    base = estimate(64, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows, 1024, 202)
+    assert base.total == base.tables + base.state + base.step + base.evaluation + base.history
+    assert _total(ADULT, 128) > base.total
+    assert _total(ADULT, 64, batch=4096) > base.total and _total(ADULT, 64, evaluations=400) > base.total
+    assert _total(HEART, 64) > base.total  # larger evaluation splits
+    assert evaluations_of(5000, 25) == 202 and evaluations_of(5000, 25, 5) == 207
+
+
+def test_the_largest_pack_is_the_largest_that_fits():
+    budget = 1.5 * _total(HEART, 100)
+    k = largest_pack(256, HEART, 1024, 202, budget)
+    assert _total(HEART, k) <= budget < _total(HEART, k + 1)
+    assert largest_pack(256, HEART, 1024, 202, 10 * _total(HEART, 256)) == 256  # the limit binds
+    assert largest_pack(256, HEART, 1024, 202, 0.0) == 1  # a single run trains whatever the model says
+
+
+def test_a_sweep_sizes_its_packs_by_the_nodes_free_memory():
+    spec = SweepSpec(dataset="adult", methods=("raco-dp",), epsilons=(1.0,), gammas=(0.05,))
+    trials = phase1_trials(spec, ADULT.n_train)
+    plenty = pack_memory_fit(trials, spec, ADULT, slots=2, free=64 * 2**30)
+    assert auto_pack_size(len(trials), 2, False, plenty) == auto_pack_size(len(trials), 2, False) == 250
+    widest = max(t["params"]["batch_size"] for t in trials)
+    free = int(2 * (PROCESS_BYTES + ADULT.dataset_bytes + _total(ADULT, 40, widest)) / 0.7) + 64  # two slots, 40 configurations each
+    assert pack_budget(2, ADULT, free) == pytest.approx(_total(ADULT, 40, widest), rel=1e-6)
+    tight = pack_memory_fit(trials, spec, ADULT, slots=2, free=free)
+    assert auto_pack_size(len(trials), 2, False, tight) == 40
+    assert auto_pack_size(len(trials), 2, True, tight) == 250  # GPU packs are not sized by the host's memory
