@@ -16,16 +16,18 @@ HEART = DataShape(n_train=161_722, n_features=30, n_classes=2, n_parts=4, eval_r
 
 
 def _total(shape: DataShape, k: int, batch: float = 1024, evaluations: int = 202) -> int:
-    return estimate(k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows, batch, evaluations).total
+    return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows).total
 
 
 def test_the_estimate_grows_with_every_input_and_adds_its_parts():
-    base = estimate(64, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows, 1024, 202)
+    base = estimate([1024.0] * 64, [202] * 64, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows)
     assert base.total == base.tables + base.state + base.step + base.evaluation + base.history
     assert _total(ADULT, 128) > base.total
     assert _total(ADULT, 64, batch=4096) > base.total and _total(ADULT, 64, evaluations=400) > base.total
     assert _total(HEART, 64) > base.total  # larger evaluation splits
     assert evaluations_of(5000, 25) == 202 and evaluations_of(5000, 25, 5) == 207
+    mixed = estimate([256.0] * 32 + [4096.0] * 32, [202] * 64, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows)
+    assert base.step < mixed.step < _total(ADULT, 64, batch=4096)  # a step's arrays are the widest chunk's, not K × the widest batch
 
 
 def test_the_largest_pack_is_the_largest_that_fits():

@@ -25,15 +25,14 @@ def resident() -> int:
 
 
 def model_for(runs: list):
-    """The memory model's estimate for a pack of ``runs`` (their largest batch, split and number of evaluations)."""
+    """The memory model's estimate for a pack of ``runs`` (their expected batch sizes and numbers of evaluations)."""
     from raco_bench.packs.memory import estimate, evaluations_of
 
     first = runs[0].ctx
-    evals = max(evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
-                for r in runs)
-    return estimate(len(runs), first.n_train, first.dataset.n_features, first.dataset.n_classes, first.rates.n_parts,
-                    max(len(s.y) for s in runs[0].evals.values()), max(r.ctx.plan.settings.expected_batch for r in runs), evals,
-                    gpu=first.device.type == "cuda")
+    evals = [evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
+             for r in runs]
+    return estimate([r.ctx.plan.settings.expected_batch for r in runs], evals, first.n_train, first.dataset.n_features, first.dataset.n_classes,
+                    first.rates.n_parts, max(len(s.y) for s in runs[0].evals.values()), gpu=first.device.type == "cuda")
 
 
 def _case(dataset: str, k: int, eval_every: int, out) -> None:
@@ -67,6 +66,18 @@ def _case(dataset: str, k: int, eval_every: int, out) -> None:
              "model_mb": model.total / 2**20, "parts_mb": {f: getattr(model, f) / 2**20 for f in ("tables", "state", "step", "evaluation", "history")}})
 
 
+def _result(q, proc) -> dict:
+    """The case's result, or an error if its process ended without one (it crashed: its traceback is above)."""
+    import queue
+
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"the measuring process ended with exit code {proc.exitcode} and no result") from None
+
+
 def measure(datasets: list[str], sizes: list[int], eval_every: int) -> list[dict]:
     ctx = mp.get_context("spawn")
     rows = []
@@ -75,7 +86,7 @@ def measure(datasets: list[str], sizes: list[int], eval_every: int) -> list[dict
             q = ctx.Queue()
             proc = ctx.Process(target=_case, args=(dataset, k, eval_every, q))
             proc.start()
-            rows.append(q.get())
+            rows.append(_result(q, proc))
             proc.join()
             r = rows[-1]
             print(f"{dataset} K={k}: measured {r['measured_mb']:.0f} MB, model {r['model_mb']:.0f} MB "

@@ -23,6 +23,7 @@ identical across processes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -65,6 +66,19 @@ class TabularDataset:
     note: str = ""
     preprocessing: str = "public"
     task_outside_budget: tuple[str, ...] = ()  # statistics of the rows in the task definition itself (e.g. a label threshold)
+
+    @functools.cached_property
+    def tensors(self) -> dict:
+        """Device tensors built from this dataset, shared by every run prepared on it (keyed by their builder: the
+        training table and evaluation splits of a device and constraint), so that K runs of a pack hold one copy, not K.
+        Not pickled: a copy of the dataset builds its own."""
+        return {}
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "tensors"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
 
     @property
     def outside_budget(self) -> tuple[str, ...]:

@@ -52,6 +52,15 @@ def selection_note(selection) -> str:
 
 
 def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
+    """The training split as device tensors (with the parts of the run's constraint): built once per dataset, device and
+    constraint, and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
+    key = ("train", str(ctx.device), with_parts, ctx.config.constraint if with_parts else None)
+    if key not in ctx.dataset.tensors:
+        ctx.dataset.tensors[key] = _train_tensors(ctx, with_parts)
+    return ctx.dataset.tensors[key]
+
+
+def _train_tensors(ctx: Context, with_parts: bool) -> TrainData:
     ds, dev = ctx.dataset, ctx.device
     X = torch.as_tensor(ds.train.X, device=dev)
     y = torch.as_tensor(ds.train.y, device=dev)

@@ -3,8 +3,9 @@
 A sweep picks its pack size from this model and the node's free memory, so that a default sweep never drives a node
 into Ray's memory monitor (which kills workers at 95 % of the node's memory). The model adds five parts, each the
 arrays the code holds at once at its peak; the byte counts per element are those of the code (float32 arrays,
-int64 indices, float64 noise), and the two numbers that are not (a history entry and the evaluation's working
-arrays) are measured by ``raco-bench bench memory``, which prints the model beside each measured peak.
+int64 indices, float64 noise). Three numbers are not: a history entry's size (measured with ``sys.getsizeof`` over
+its dicts), and the evaluation's bytes per row and a fixed working set, fitted to the peaks ``raco-bench bench
+memory`` measures (it prints the model beside each measured peak).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-HISTORY_ENTRY_BYTES = 7_500  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
-EVAL_BYTES_PER_ROW = 17  # per row, class and model: the logits and the metrics' working arrays of one split, measured
+HISTORY_ENTRY_BYTES = 2_400  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
+EVAL_BYTES_PER_ROW = 24  # per row, class and model: the logits and the metrics' working arrays of one split, fitted to measured peaks
+WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has run a step and an evaluation, fitted to measured peaks
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
 CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
 
@@ -22,7 +24,7 @@ CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
 class PackMemory:
     """Bytes a pack of K configurations holds at its peak, by part."""
 
-    tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's)
+    tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's), and the working set
     state: int  # parameters, multipliers, settings and one step's noise draws of every configuration
     step: int  # one chunk's per-slot arrays
     evaluation: int  # one batched evaluation of the K models on the largest split
@@ -38,19 +40,25 @@ def expected_width(n_train: int, batch: float) -> int:
     return min(n_train, int(batch + 6.0 * math.sqrt(batch + 1.0) + 16))
 
 
-def estimate(K: int, n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int, batch: float, evaluations: int,
+def estimate(batches: list[float], evaluations: list[int], n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int,
              gpu: bool = False) -> PackMemory:
-    """The model for K configurations of expected batch size up to ``batch``, each evaluated ``evaluations`` times on
-    splits of at most ``eval_rows`` rows (logistic regression: c × d weights)."""
-    c, d = n_classes, n_features
-    width = expected_width(n_train, batch)
+    """The model for a pack of K = ``len(batches)`` configurations of these expected batch sizes, each recording its
+    number of ``evaluations`` on splits of at most ``eval_rows`` rows (logistic regression: c × d weights).
+
+    A step works on one chunk at a time, and a chunk holds configurations of similar batch size
+    (:func:`raco_bench.packs.tensors.chunks`), so the step's arrays are those of the largest class of equal batch sizes
+    (at most the chunk budget); every configuration's evaluations are kept until the pack ends."""
+    c, d, K = n_classes, n_features, len(batches)
     per_slot = 4 * (c + 2 + n_parts) + 8  # float32 per-row arrays and an int64 row index per (configuration, slot)
-    chunk = min(CHUNK_GPU if gpu else CHUNK_CPU, K * width * 4 * c)  # chunks are cut at this budget (raco_bench.packs.tensors.chunks)
-    step = STEP_ARRAYS * chunk + K * width * per_slot
+    counts: dict[float, int] = {}
+    for b in batches:
+        counts[b] = counts.get(b, 0) + 1
+    widest = max(n * expected_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
+    step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
     state = K * (3 * 4 * (c * d + c) + 8 * (c * d + c + n_parts * c) + 64 * 4)  # params, update, noise (float64) and settings
-    tables = 4 * (c + 2 + n_parts) * n_train
+    tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
     return PackMemory(tables=tables, state=state, step=step, evaluation=EVAL_BYTES_PER_ROW * eval_rows * c * K,
-                      history=HISTORY_ENTRY_BYTES * evaluations * K)
+                      history=HISTORY_ENTRY_BYTES * sum(evaluations))
 
 
 def evaluations_of(steps: int, eval_every: int, selection_checkpoints: int = 0) -> int:
@@ -97,9 +105,11 @@ def available_memory() -> int | None:
 
 
 def largest_pack(limit: int, shape: DataShape, batch: float, evaluations: int, budget: float) -> int:
-    """The largest K ≤ ``limit`` whose estimate fits ``budget`` bytes (at least 1: a single run is trained whatever)."""
+    """The largest K ≤ ``limit`` whose estimate, every configuration at expected batch ``batch`` with ``evaluations``
+    evaluations (a sweep's widest and longest: an upper bound), fits ``budget`` bytes (at least 1: a single run is
+    trained whatever)."""
     def fits(k: int) -> bool:
-        return estimate(k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows, batch, evaluations).total <= budget
+        return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows).total <= budget
 
     lo, hi = 1, max(1, limit)
     while lo < hi:

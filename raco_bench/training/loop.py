@@ -102,9 +102,16 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
                   source=source, stream_id=stream_id(cfg, asdict(hyper)), batch_stream_id=batch_stream_id(cfg))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
-    evals = {k: EvalSplit.from_split(s, problem.partition.assign(s.y, s.group), device) for k, s in ds.splits().items()
-             if k != "train" or cfg.releases_train_metrics}
+    evals = {k: _eval_split(ds, k, s, problem, cfg.constraint, device) for k, s in ds.splits().items() if k != "train" or cfg.releases_train_metrics}
     return Run(method, ctx, evals)
+
+
+def _eval_split(ds: TabularDataset, name: str, split, problem, constraint: str, device: torch.device) -> EvalSplit:
+    """A split as evaluation tensors, built once per dataset, device and constraint and shared by the runs prepared on it."""
+    key = ("eval", name, str(device), constraint)
+    if key not in ds.tensors:
+        ds.tensors[key] = EvalSplit.from_split(split, problem.partition.assign(split.y, split.group), device)
+    return ds.tensors[key]
 
 
 def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> dict:
