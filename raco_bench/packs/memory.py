@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 HISTORY_ENTRY_BYTES = 2_400  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
-EVAL_BYTES_PER_ROW = 24  # per row, class and model: the logits and the metrics' working arrays of one split, fitted to measured peaks
+EVAL_BYTES_PER_ROW = 21  # per row, class and model: the logits and the metrics' working arrays of one split, fitted to measured peaks
 WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has run a step and an evaluation, fitted to measured peaks
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
 CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
