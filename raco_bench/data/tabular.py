@@ -74,6 +74,12 @@ class TabularDataset:
         Not pickled: a copy of the dataset builds its own."""
         return {}
 
+    def shared_tensors(self, key: tuple, build):
+        """The tensors ``build()`` makes for ``key``, built the first time and shared by every later caller."""
+        if key not in self.tensors:
+            self.tensors[key] = build()
+        return self.tensors[key]
+
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "tensors"}
 

@@ -55,9 +55,7 @@ def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
     """The training split as device tensors (with the parts of the run's constraint): built once per dataset, device and
     constraint, and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
     key = ("train", str(ctx.device), with_parts, ctx.config.constraint if with_parts else None)
-    if key not in ctx.dataset.tensors:
-        ctx.dataset.tensors[key] = _train_tensors(ctx, with_parts)
-    return ctx.dataset.tensors[key]
+    return ctx.dataset.shared_tensors(key, lambda: _train_tensors(ctx, with_parts))
 
 
 def _train_tensors(ctx: Context, with_parts: bool) -> TrainData:

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from raco_bench import tracking
-from raco_bench.sweeps.results import read_results, sweeps_recorded, trained
+from raco_bench.sweeps.results import results_of, sweep_starts, trained
 
 
 class ReportError(ValueError):
@@ -25,16 +25,17 @@ def experiment_id(uri: str, name: str) -> str:
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:
     """Every configuration trained by one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep), as
     :func:`raco_bench.sweeps.results.read_results` reads it, less the configurations the method could not train
-    (counted per "method: reason" in ``attrs["skipped"]``)."""
+    (counted per "method: reason" in ``attrs["skipped"]``). The store is searched once."""
     exp_id = experiment_id(uri, experiment)
-    sweeps = sweeps_recorded(uri, exp_id)
+    packs = tracking.completed_packs(uri, exp_id)
+    sweeps = sweep_starts(packs)
     if not sweeps:
         raise ReportError(f"experiment {experiment!r} has no finished trial runs yet; run or resume its sweep first")
     if sweep_id is None:
         sweep_id = max(sweeps, key=lambda k: sweeps[k])
     elif sweep_id not in sweeps:
         raise ReportError(f"experiment {experiment!r} has no finished runs of sweep {sweep_id!r}; sweeps there: {', '.join(sorted(sweeps))}")
-    table = read_results(uri, exp_id, sweep_id)
+    table = results_of(uri, [p for p in packs if p.data.tags.get(tracking.SWEEP_ID, "") == sweep_id])
     done = trained(table)
     skipped = table.loc[~table.index.isin(done.index)]
     out = done.reset_index(drop=True)

@@ -28,10 +28,10 @@ TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notio
 ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what the run read outside the budget is unknown
 
 
-def sweeps_recorded(uri: str, experiment_id: str) -> dict[str, int]:
-    """Each sweep with a complete pack in the experiment: sweep id -> start time (ms) of its first such pack."""
+def sweep_starts(packs: list) -> dict[str, int]:
+    """The sweeps of complete pack runs: sweep id -> start time (ms) of its first pack."""
     out: dict[str, int] = {}
-    for run in tracking.completed_packs(uri, experiment_id):
+    for run in packs:
         sweep = run.data.tags.get(tracking.SWEEP_ID, "")
         out[sweep] = min(out.get(sweep, run.info.start_time), run.info.start_time)
     return out
@@ -41,7 +41,11 @@ def read_results(uri: str, experiment_id: str, sweep_id: str | None = None, phas
     """Every configuration that a complete pack of ``sweep_id`` (any when None) and ``phase`` (any when None) recorded:
     a row each, with exactly :data:`COLUMNS`. A configuration the method could not train has its reason in ``skipped``
     (empty otherwise) and NaN metrics."""
-    packs = tracking.completed_packs(uri, experiment_id, sweep_id, phase)
+    return results_of(uri, tracking.completed_packs(uri, experiment_id, sweep_id, phase))
+
+
+def results_of(uri: str, packs: list) -> pd.DataFrame:
+    """:func:`read_results` of complete pack runs already found (a reader that searched the store once)."""
     table = tracking.pack_tables(uri, packs)
     if table.empty:
         return pd.DataFrame(columns=COLUMNS)

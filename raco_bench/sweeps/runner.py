@@ -118,7 +118,7 @@ def not_recorded(trials: list[Trial], uri: str, experiment_id: str, spec: SweepS
 
 
 def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None,
-              shape=None) -> None:
+              shape: DataShape | None = None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
     recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
     that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
@@ -143,7 +143,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, 
 
 
 def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, parent: str, storage: str,
-                 key: bytes | None, shape=None) -> None:
+                 key: bytes | None, shape: DataShape | None = None) -> None:
     import ray
 
     resources, _ = _resources(args)
@@ -151,9 +151,9 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
     slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
-    fits = pack_memory_fit(todo, spec, shape, slots) if shape is not None else None
-    size = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")), fits)
     unlimited = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
+    fits = pack_memory_fit(todo, spec, shape, slots) if shape is not None and not args.pack_size else None
+    size = auto_pack_size(len(trials), slots, bool(resources.get("gpu")), fits) if fits is not None else unlimited
     packs = make_packs(todo, size)
     limited = " (the memory model fits no more in this node's share per slot: docs/packs.md, \"Memory\")" if size < unlimited else ""
     print(f"[sweep] phase {phase}: {len(todo)} configurations to train ({len(trials) - len(todo)} already recorded) "

@@ -124,8 +124,12 @@ def batch_stream_id(cfg: RunConfig) -> int | None:
     (accounted tuning, the white-box audit) keeps ``own``."""
     if cfg.batch_draws == "own":
         return None
-    identity = {"shared batches of": {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}}
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).digest()
+    return _signed_hash({"shared batches of": {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}})
+
+
+def _signed_hash(identity: dict) -> int:
+    """A signed 64-bit hash of ``identity`` (a JSON-able dict), the form of every stream id."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).digest()
     return int.from_bytes(digest[:8], "little", signed=True)
 
 
@@ -136,5 +140,4 @@ def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     (docs/privacy.md, "Random numbers")."""
     identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
     identity["hyperparameters"] = hyperparameters
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).digest()
-    return int.from_bytes(digest[:8], "little", signed=True)
+    return _signed_hash(identity)
