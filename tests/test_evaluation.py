@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raco_bench.constraints import demographic_parity, equalized_odds
-from raco_bench.training.evaluation import EvalSplit, evaluate_logits, fairness_gaps, linear_logits, predictions
+from raco_bench.training.evaluation import EvalSplit, _general_counts, evaluate_linear, evaluate_logits, fairness_gaps, linear_logits, predictions, split_counts
 
 
 def _reference_values(problem, probs: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -73,3 +73,60 @@ def test_predictions_pick_what_argmax_picks_with_ties_and_nans():
     rows = [[0.0, 1.0, 1.0], [2.0, 2.0, 2.0], [nan, 5.0, 1.0], [1.0, nan, nan], [1.0, 3.0, nan], [float("-inf"), float("-inf"), -1.0]]
     logits = torch.tensor(rows)[:, :, None].expand(-1, -1, 2).contiguous()  # N × c × K
     assert predictions(logits).tolist() == torch.tensor(rows).argmax(1)[:, None].expand(-1, 2).tolist()
+
+
+def _split(rng, N, d, G, c, builder=demographic_parity):
+    X = torch.as_tensor(rng.normal(size=(N, d)), dtype=torch.float32)
+    y = torch.as_tensor(rng.integers(0, c, N))
+    group = torch.as_tensor(rng.integers(0, G, N))
+    problem = builder(G, c, 0.05)
+    return EvalSplit(X, y, group, torch.as_tensor(problem.partition.assign(y.numpy(), group.numpy()))), problem
+
+
+def test_the_two_class_margin_path_equals_the_general_path():
+    """Two-class models are counted from the margin z₁ − z₀ (sigmoid, softplus, one product per statistic); the
+    general path (softmax over both logits) gives the same counts, ties (margin 0 predicts class 0) included."""
+    rng = np.random.default_rng(11)
+    N, G, K = 600, 3, 5
+    split, problem = _split(rng, N, 4, G, 2, equalized_odds)
+    logits = torch.as_tensor(rng.normal(size=(N, 2, K)), dtype=torch.float32)
+    logits[::7, 1] = logits[::7, 0]  # exact ties
+    taus = torch.tensor([1.0, 0.5, 2.0, 3.0, 1.5])
+    n_parts = problem.compile().n_parts
+    fast = split_counts(logits, split, taus, G, 2, n_parts)
+    slow = _general_counts(logits, predictions(logits), split, taus, G, 2, n_parts)
+    torch.testing.assert_close(fast.counts, slow.counts, rtol=0, atol=0)
+    torch.testing.assert_close(fast.hard, slow.hard, rtol=0, atol=0)
+    torch.testing.assert_close(fast.soft.float(), slow.soft.float(), rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(fast.loss_sums.float(), slow.loss_sums.float(), rtol=1e-5, atol=1e-3)
+
+
+def test_a_nan_margin_takes_the_argmax_rules():
+    """A NaN logit in class 1 only makes argmax pick class 1 (NaN counts as the largest): the margin alone cannot
+    tell, so a split with a NaN margin is counted by the general path and predicts what argmax predicts."""
+    rng = np.random.default_rng(12)
+    N, G = 200, 2
+    split, problem = _split(rng, N, 3, G, 2)  # demographic parity: the parts are the groups, whatever the labels
+    split.y[:50] = 1  # where argmax predicts class 1 and a margin rule would predict 0
+    logits = torch.as_tensor(rng.normal(size=(N, 2, 1)), dtype=torch.float32)
+    logits[:50, 1] = float("nan")
+    out = evaluate_logits(logits, split, [1.0], G, 2, problem.compile(), torch.full((1, problem.n_constraints), 0.05))[0]
+    assert out["accuracy"] == pytest.approx(float((logits[:, :, 0].argmax(1) == split.y).double().mean()))
+
+
+@pytest.mark.parametrize("c", [2, 3])
+def test_a_chunked_evaluation_equals_one_pass(c):
+    """evaluate_linear sums its statistics over chunks of rows; any chunk size gives what one pass over the logits gives."""
+    rng = np.random.default_rng(13 + c)
+    N, d, G, K = 900, 5, 3, 4
+    split, problem = _split(rng, N, d, G, c, equalized_odds)
+    weight = torch.as_tensor(rng.normal(size=(K, c, d)), dtype=torch.float32)
+    bias = torch.as_tensor(rng.normal(size=(K, c)), dtype=torch.float32)
+    taus, gammas = [1.0, 2.0, 0.5, 3.0], torch.full((K, problem.n_constraints), 0.05)
+    whole = evaluate_logits(linear_logits(weight, bias, split.X), split, taus, G, c, problem.compile(), gammas)
+    for rows in (7, 256, N):
+        chunked = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=rows)
+        for a, b in zip(chunked, whole):
+            assert a.keys() == b.keys()
+            for key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (rows, key)

@@ -16,7 +16,8 @@ HEART = DataShape(n_train=161_722, n_features=30, n_classes=2, n_parts=4, eval_r
 
 
 def _total(shape: DataShape, k: int, batch: float = 1024, evaluations: int = 202) -> int:
-    return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows).total
+    return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows,
+                    selection=True).total
 
 
 def test_the_estimate_grows_with_every_input_and_adds_its_parts():
@@ -24,7 +25,8 @@ def test_the_estimate_grows_with_every_input_and_adds_its_parts():
     assert base.total == base.tables + base.state + base.step + base.evaluation + base.history
     assert _total(ADULT, 128) > base.total
     assert _total(ADULT, 64, batch=4096) > base.total and _total(ADULT, 64, evaluations=400) > base.total
-    assert _total(HEART, 64) > base.total  # larger evaluation splits
+    assert _total(HEART, 64) > base.total  # a larger training split
+    assert _total(ADULT, 64) > base.total  # private selection holds the validation logits
     assert evaluations_of(5000, 25) == 202 and evaluations_of(5000, 25, 5) == 207
     mixed = estimate([256.0] * 32 + [4096.0] * 32, [202] * 64, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows)
     assert base.step < mixed.step < _total(ADULT, 64, batch=4096)  # a step's arrays are the widest chunk's, not K × the widest batch

@@ -32,7 +32,8 @@ def model_for(runs: list):
     evals = [evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
              for r in runs]
     return estimate([r.ctx.plan.settings.expected_batch for r in runs], evals, first.n_train, first.dataset.n_features, first.dataset.n_classes,
-                    first.rates.n_parts, max(len(s.y) for s in runs[0].evals.values()), gpu=first.device.type == "cuda")
+                    first.rates.n_parts, max(len(s.y) for s in runs[0].evals.values()), gpu=first.device.type == "cuda",
+                    selection=any(r.ctx.config.checkpoint == "private" for r in runs))
 
 
 def _case(dataset: str, k: int, eval_every: int, out) -> None:

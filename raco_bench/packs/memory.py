@@ -3,9 +3,9 @@
 A sweep picks its pack size from this model and the node's free memory, so that a default sweep never drives a node
 into Ray's memory monitor (which kills workers at 95 % of the node's memory). The model adds five parts, each the
 arrays the code holds at once at its peak; the byte counts per element are those of the code (float32 arrays,
-int64 indices, float64 noise). Three numbers are not: a history entry's size (measured with ``sys.getsizeof`` over
-its dicts), and the evaluation's bytes per row and a fixed working set, fitted to the peaks ``raco-bench bench
-memory`` measures (it prints the model beside each measured peak).
+int64 indices, float64 noise). Two numbers are not: a history entry's size (measured with ``sys.getsizeof`` over
+its dicts), and a fixed working set, fitted to the peaks ``raco-bench bench memory`` measures (it prints the model
+beside each measured peak).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from raco_bench.training.evaluation import EVAL_ROWS_CPU, EVAL_ROWS_GPU
+
 HISTORY_ENTRY_BYTES = 2_400  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
-EVAL_BYTES_PER_ROW = 21  # per row, class and model: the logits and the metrics' working arrays of one split, fitted to measured peaks
+EVAL_BYTES_PER_ROW = 24  # per row, class and model of one evaluation chunk: its logits and working arrays, counted from the code
 WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has run a step and an evaluation, fitted to measured peaks
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
 CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
@@ -27,7 +29,7 @@ class PackMemory:
     tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's), and the working set
     state: int  # parameters, multipliers, settings and one step's noise draws of every configuration
     step: int  # one chunk's per-slot arrays
-    evaluation: int  # one batched evaluation of the K models on the largest split
+    evaluation: int  # one chunk of a batched evaluation of the K models, and the validation logits private selection reads
     history: int  # every configuration's recorded evaluations, kept until the pack ends
 
     @property
@@ -41,9 +43,12 @@ def expected_width(n_train: int, batch: float) -> int:
 
 
 def estimate(batches: list[float], evaluations: list[int], n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int,
-             gpu: bool = False) -> PackMemory:
+             gpu: bool = False, selection: bool = False) -> PackMemory:
     """The model for a pack of K = ``len(batches)`` configurations of these expected batch sizes, each recording its
-    number of ``evaluations`` on splits of at most ``eval_rows`` rows (logistic regression: c × d weights).
+    number of ``evaluations`` on splits of at most ``eval_rows`` rows (logistic regression: c × d weights), with
+    ``selection``: some configurations select their checkpoint privately, which reads the validation logits whole.
+
+    An evaluation works on one chunk of rows at a time (:func:`raco_bench.training.evaluation.evaluate_linear`).
 
     A step works on one chunk at a time, and a chunk holds configurations of similar batch size
     (:func:`raco_bench.packs.tensors.chunks`), so the step's arrays are those of the largest class of equal batch sizes
@@ -57,7 +62,9 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
     state = K * (3 * 4 * (c * d + c) + 8 * (c * d + c + n_parts * c) + 64 * 4)  # params, update, noise (float64) and settings
     tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
-    return PackMemory(tables=tables, state=state, step=step, evaluation=EVAL_BYTES_PER_ROW * eval_rows * c * K,
+    chunk = min(eval_rows, EVAL_ROWS_GPU if gpu else EVAL_ROWS_CPU)
+    evaluation = EVAL_BYTES_PER_ROW * chunk * c * K + (4 * eval_rows * c * K if selection else 0)
+    return PackMemory(tables=tables, state=state, step=step, evaluation=evaluation,
                       history=HISTORY_ENTRY_BYTES * sum(evaluations))
 
 
@@ -106,10 +113,11 @@ def available_memory() -> int | None:
 
 def largest_pack(limit: int, shape: DataShape, batch: float, evaluations: int, budget: float) -> int:
     """The largest K ≤ ``limit`` whose estimate, every configuration at expected batch ``batch`` with ``evaluations``
-    evaluations (a sweep's widest and longest: an upper bound), fits ``budget`` bytes (at least 1: a single run is
-    trained whatever)."""
+    evaluations and private selection (a sweep's widest and longest: an upper bound), fits ``budget`` bytes (at least
+    1: a single run is trained whatever)."""
     def fits(k: int) -> bool:
-        return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows).total <= budget
+        return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows,
+                        selection=True).total <= budget
 
     lo, hi = 1, max(1, limit)
     while lo < hi:

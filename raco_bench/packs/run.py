@@ -4,8 +4,8 @@ the same :class:`~raco_bench.training.loop.RunResult` it would get alone.
 Each configuration keeps its own evaluation steps (step 1, every ``eval_every``, its own T, its
 private-selection checkpoints), its checkpoint rule and its result; the recorder that does this is
 the same one a single run uses (:class:`~raco_bench.training.loop.RunRecorder`). Evaluations due
-at the same step are one batched pass of those models over each split
-(:func:`~raco_bench.training.evaluation.evaluate_logits`).
+at the same step are one batched pass of those models over each split, a chunk of rows at a time
+(:func:`~raco_bench.training.evaluation.evaluate_linear`).
 
 Which runs can share a pack: runs of one method whose plugin names a batched engine (``Method.engine``,
 the protocol in :mod:`raco_bench.packs.engine`) that accepts them (:meth:`Engine.blocker`), on the same
@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from raco_bench.packs.rows import RowProducts
-from raco_bench.training.evaluation import evaluate_logits, linear_logits
+from raco_bench.training.evaluation import evaluate_linear, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
 
 
@@ -98,13 +98,11 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
             continue
         t0 = time.perf_counter()
         weight, bias = engine.linear(torch.tensor(due, device=ctx0.device))
-        metrics, val_logits = {}, None
-        for name, split in first.evals.items():
-            logits = linear_logits(weight, bias, split.X)
-            if name == "val":
-                val_logits = logits
-            metrics[name] = evaluate_logits(logits, split, [getattr(runs[k].ctx.hyper, "temperature", 1.0) for k in due], ctx0.dataset.n_groups,
-                                            ctx0.dataset.n_classes, ctx0.rates, torch.stack([runs[k].ctx.rates.gamma for k in due]))
+        taus, gammas = [getattr(runs[k].ctx.hyper, "temperature", 1.0) for k in due], torch.stack([runs[k].ctx.rates.gamma for k in due])
+        metrics = {name: evaluate_linear(weight, bias, split, taus, ctx0.dataset.n_groups, ctx0.dataset.n_classes, ctx0.rates, gammas)
+                   for name, split in first.evals.items()}
+        selecting = any(recorders[k].selects(t) for k in due)  # private selection reads the validation logits themselves
+        val_logits = linear_logits(weight, bias, first.evals["val"].X) if selecting else None
         for i, k in enumerate(due):
             recorders[k].observe(t, engine.params(k), {name: m[i] for name, m in metrics.items()}, engine.report(k),
                                  val_logits[:, :, i] if val_logits is not None else None)

@@ -41,6 +41,10 @@ class EvalSplit:
             None if part_ids is None else torch.as_tensor(part_ids, device=device),
         )
 
+    def rows(self, start: int, stop: int) -> "EvalSplit":
+        """Rows ``start:stop`` of the split (views, no copy)."""
+        return EvalSplit(self.X[start:stop], self.y[start:stop], self.group[start:stop], None if self.parts is None else self.parts[start:stop])
+
 
 def linear_logits(weight: torch.Tensor, bias: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """Logits of K linear models (weight K × c × d, bias K × c) on the rows of X, N × c × K: one matrix product."""
@@ -61,15 +65,96 @@ def predictions(logits: torch.Tensor) -> torch.Tensor:
     return pred
 
 
+def _cell_sums(values: torch.Tensor, cells: torch.Tensor, n_cells: int) -> torch.Tensor:
+    """S[g, m] = Σ_{rows n in cell g} values[n, m]: one product of the cell one-hot (cells × N) with ``values`` (N × M)."""
+    return torch.nn.functional.one_hot(cells, n_cells).to(values.dtype).T @ values
+
+
+def _exact_dtype(n_rows: int) -> torch.dtype:
+    """float32 sums 0/1 values exactly below 2²⁴ rows; larger splits sum in float64."""
+    return torch.float32 if n_rows < 2**24 else torch.float64
+
+
 def class_counts(pred: torch.Tensor, cells: torch.Tensor, n_cells: int, n_classes: int) -> torch.Tensor:
     """counts[k, g, j] = #{rows n in cell g with pred[n, k] = j} for K prediction vectors (pred N × K): K × cells × c
-    (float64), from one matrix product of the cell one-hot with the prediction one-hot. The product sums 0/1
-    values in float32, which is exact below 2²⁴ rows; larger splits sum in float64."""
+    (float64), from one matrix product of the cell one-hot with the prediction one-hot (exact, :func:`_exact_dtype`)."""
     N, K = pred.shape
-    dtype = torch.float32 if N < 2**24 else torch.float64
-    hard = torch.stack([pred == j for j in range(n_classes)], 1).to(dtype)  # N × c × K
-    in_cell = torch.nn.functional.one_hot(cells, n_cells).to(dtype)  # N × cells
-    return (in_cell.T @ hard.view(N, n_classes * K)).view(n_cells, n_classes, K).permute(2, 0, 1).double()
+    hard = torch.stack([pred == j for j in range(n_classes)], 1).to(_exact_dtype(N))  # N × c × K
+    return _cell_sums(hard.view(N, n_classes * K), cells, n_cells).view(n_cells, n_classes, K).permute(2, 0, 1).double()
+
+
+def _binary_counts(positive: torch.Tensor, cells: torch.Tensor, n_cells: int) -> torch.Tensor:
+    """:func:`class_counts` of two classes from the 0/1 indicator ``positive`` = [pred = 1] (N × K, exact dtype): class 1
+    is one product, class 0 is the cell's size minus it (both exact integers)."""
+    ones = _cell_sums(positive, cells, n_cells).double()  # cells × K
+    sizes = torch.bincount(cells, minlength=n_cells).double()
+    return torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)  # K × cells × 2
+
+
+@dataclass
+class SplitCounts:
+    """What every metric of K models on a split is computed from: ``counts`` K × (label, group) cells × ŷ (hard
+    predictions, exact), ``loss_sums`` K × G (Σ of each row's cross-entropy of softmax(τz) per sensitive group),
+    and with rate constraints ``hard`` and ``soft`` K × P × c (eq. 8 histograms of the hard and the soft
+    predictions per part)."""
+
+    counts: torch.Tensor
+    loss_sums: torch.Tensor
+    hard: torch.Tensor | None
+    soft: torch.Tensor | None
+
+    def __add__(self, other: "SplitCounts") -> "SplitCounts":
+        """The counts of two disjoint sets of rows together: every field is a sum over rows."""
+        return SplitCounts(self.counts + other.counts, self.loss_sums + other.loss_sums,
+                           None if self.hard is None else self.hard + other.hard, None if self.soft is None else self.soft + other.soft)
+
+
+def _general_counts(logits: torch.Tensor, pred: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int,
+                    n_parts: int | None) -> SplitCounts:
+    """:class:`SplitCounts` for any number of classes from logits N × c × K and predictions N × K."""
+    counts = class_counts(pred, split.y * n_groups + split.group, n_classes * n_groups, n_classes)
+    N, c, K = logits.shape
+    z = logits * taus
+    loss = torch.logsumexp(z, 1) - z.gather(1, split.y.view(N, 1, 1).expand(N, 1, K))[:, 0]  # N × K
+    hard = soft = None
+    if n_parts is not None:
+        hard = class_counts(pred, split.parts, n_parts, n_classes)
+        soft = _soft_histograms(logits, taus, split.parts, n_parts)
+    return SplitCounts(counts, _cell_sums(loss, split.group, n_groups).T, hard, soft)
+
+
+def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None) -> SplitCounts:
+    """:class:`SplitCounts` of two-class models from their margins D = z₁ − z₀ (N × K, no NaN), in arrays of N × K
+    rather than N × 2 × K: ŷ = [D > 0] (argmax picks class 0 on a tie), softmax(τz)₁ = sigmoid(τD), and the
+    cross-entropy −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1."""
+    N = margin.shape[0]
+    positive = (margin > 0).to(_exact_dtype(N))
+    counts = _binary_counts(positive, split.y * n_groups + split.group, 2 * n_groups)
+    zt = margin * taus
+    p1 = torch.sigmoid(zt) if n_parts is not None else None
+    sign = (1 - 2 * split.y).to(zt.dtype)
+    loss = torch.nn.functional.softplus(zt.mul_(sign[:, None]))
+    hard = soft = None
+    if n_parts is not None:
+        hard = _binary_counts(positive, split.parts, n_parts)
+        ones = _cell_sums(p1, split.parts, n_parts)  # P × K
+        sizes = torch.bincount(split.parts, minlength=n_parts).to(ones.dtype)
+        soft = torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)
+    return SplitCounts(counts, _cell_sums(loss, split.group, n_groups).T, hard, soft)
+
+
+def split_counts(logits: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int, n_parts: int | None,
+                 pred: torch.Tensor | None = None) -> SplitCounts:
+    """:class:`SplitCounts` of K models from their logits on ``split`` (N × c × K). Two-class models with argmax
+    predictions take the margin path (:func:`_binary_counts_of_margins`), unless a margin is NaN: then the
+    argmax rules for NaN (:func:`predictions`) need both logits, and the general path runs."""
+    if n_classes == 2 and pred is None:
+        margin = logits[:, 1] - logits[:, 0]
+        if not bool(margin.isnan().any()):
+            return _binary_counts_of_margins(margin, split, taus, n_groups, n_parts)
+    if pred is None:
+        pred = predictions(logits)
+    return _general_counts(logits, pred, split, taus, n_groups, n_classes, n_parts)
 
 
 def _cell_rate_gaps(counts: torch.Tensor) -> torch.Tensor:
@@ -82,21 +167,24 @@ def _cell_rate_gaps(counts: torch.Tensor) -> torch.Tensor:
     return (rates.max(1).values - rates.min(1).values).max(1).values
 
 
-def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
-    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N),
-    from the counts per (label, group) cell."""
-    counts = class_counts(pred.T, y * n_groups + group, n_classes * n_groups, n_classes).view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
+def _gaps_of_counts(counts: torch.Tensor, n_groups: int, n_classes: int) -> dict[str, list[float]]:
+    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) per model, from counts K × (y, a) × ŷ."""
+    counts = counts.view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
     dp = _cell_rate_gaps(counts.sum(1))
     eo = [_cell_rate_gaps(counts[:, label]) for label in range(n_classes) if bool(counts[0, label].sum() > 0)]
-    eo_gap = torch.stack(eo).max(0).values if eo else torch.zeros_like(dp)
-    out = [{"dp_gap": float(a), "eo_gap": float(b)} for a, b in zip(dp, eo_gap)]
+    out = {"dp_gap": dp.tolist(), "eo_gap": (torch.stack(eo).max(0).values if eo else torch.zeros_like(dp)).tolist()}
     if n_classes == 2:
         positives = counts[:, 1].sum(1)  # K × ŷ, rows with y = 1
         total = positives[0].sum()
-        fnr = positives[:, 0] / total if bool(total > 0) else torch.zeros_like(dp)
-        for entry, value in zip(out, fnr):
-            entry["fnr"] = float(value)
+        out["fnr"] = (positives[:, 0] / total if bool(total > 0) else torch.zeros_like(dp)).tolist()
     return out
+
+
+def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
+    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N),
+    from the counts per (label, group) cell."""
+    gaps = _gaps_of_counts(class_counts(pred.T, y * n_groups + group, n_classes * n_groups, n_classes), n_groups, n_classes)
+    return [dict(zip(gaps, values)) for values in zip(*gaps.values())]
 
 
 def _soft_histograms(logits: torch.Tensor, taus: torch.Tensor, parts: torch.Tensor, n_parts: int) -> torch.Tensor:
@@ -105,19 +193,7 @@ def _soft_histograms(logits: torch.Tensor, taus: torch.Tensor, parts: torch.Tens
     probs.sub_(probs.amax(1, keepdim=True)).exp_()
     probs.div_(probs.sum(1, keepdim=True))
     N, c, K = logits.shape
-    in_part = torch.nn.functional.one_hot(parts, n_parts).to(probs.dtype)
-    return (in_part.T @ probs.view(N, c * K)).view(n_parts, c, K).permute(2, 0, 1)
-
-
-def group_losses(logits: torch.Tensor, taus: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """Mean cross-entropy −log softmax(τ_k z)_y per sensitive group, K × G (NaN for an empty group), from logits N × c × K."""
-    N, c, K = logits.shape
-    z = logits * taus
-    loss = torch.logsumexp(z, 1) - z.gather(1, y.view(N, 1, 1).expand(N, 1, K))[:, 0]  # N × K
-    in_group = torch.nn.functional.one_hot(group, n_groups).to(loss.dtype)
-    sums = in_group.T @ loss  # G × K
-    sizes = in_group.sum(0)
-    return (sums / sizes[:, None]).T.double()
+    return _cell_sums(probs.view(N, c * K), parts, n_parts).view(n_parts, c, K).permute(2, 0, 1)
 
 
 @torch.no_grad()
@@ -132,27 +208,63 @@ def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n
     hard predictions argmax would give: a randomised predictor passes one draw of its predictions
     and, as ``logits``, the log of its prediction probabilities (docs/methods/dp-postprocess.md).
     """
-    if pred is None:
-        pred = predictions(logits)  # N × K
-    N = len(split.y)
-    accuracy = (pred == split.y[:, None]).sum(0).double() / N if N else torch.full((pred.shape[1],), float("nan"))
-    out = fairness_gaps(pred.T, split.y, split.group, n_groups, n_classes)
     tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)
-    losses = group_losses(logits, tau, split.y, split.group, n_groups)
-    for entry, acc, gl in zip(out, accuracy, losses):
-        entry["accuracy"] = float(acc)
-        entry["error"] = 1.0 - entry["accuracy"]
-        entry["group_losses"] = gl.cpu().tolist()
-        entry["worst_group_loss"] = float(gl[~gl.isnan()].max()) if bool((~gl.isnan()).any()) else float("nan")
+    stats = split_counts(logits, split, tau, n_groups, n_classes, rates.n_parts if rates is not None else None, pred)
+    return metrics_of_counts(stats, split, n_groups, n_classes, rates, gammas)
+
+
+EVAL_ROWS_CPU = 1024  # rows per chunk of a batched evaluation on a CPU: the chunk's N × c × K arrays stay in cache
+EVAL_ROWS_GPU = 2**16  # on a GPU: few, large kernels (docs/packs.md, "Evaluation")
+
+
+def eval_rows(device: torch.device) -> int:
+    """Rows per chunk of :func:`evaluate_linear` on ``device``."""
+    return EVAL_ROWS_CPU if device.type == "cpu" else EVAL_ROWS_GPU
+
+
+@torch.no_grad()
+def evaluate_linear(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
+                    rates: CompiledRates | None, gammas: torch.Tensor | None, rows: int | None = None) -> list[dict]:
+    """:func:`evaluate_logits` of K linear models (weight K × c × d, bias K × c), ``rows`` rows at a time: every
+    statistic is a sum over rows (:class:`SplitCounts`), so the chunks' counts add up, and the logits never exist
+    as one N × c × K array. On two cores this is about 3× faster than one pass over the split (the arrays of a chunk
+    stay in cache), and its memory is that of one chunk. ``rows`` defaults to :func:`eval_rows` of the device."""
+    rows = rows or eval_rows(weight.device)
+    tau = torch.tensor(taus, dtype=weight.dtype, device=weight.device)
+    n_parts = rates.n_parts if rates is not None else None
+    total = None
+    for start in range(0, max(len(split.y), 1), rows):
+        chunk = split.rows(start, start + rows)
+        counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts)
+        total = counts if total is None else total + counts
+    return metrics_of_counts(total, split, n_groups, n_classes, rates, gammas)
+
+
+def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_classes: int, rates: CompiledRates | None,
+                      gammas: torch.Tensor | None) -> list[dict]:
+    """The metrics of K models (one dict per model) from their :class:`SplitCounts` on ``split``."""
+    N = len(split.y)
+    cells = stats.counts.view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
+    correct = torch.stack([cells[:, j, :, j].sum(1) for j in range(n_classes)]).sum(0)
+    accuracy = (correct / N).tolist() if N else [float("nan")] * len(correct)
+    gaps = _gaps_of_counts(stats.counts, n_groups, n_classes)
+    sizes = torch.bincount(split.group, minlength=n_groups).double()
+    losses = (stats.loss_sums.double() / sizes).tolist()  # NaN for an empty group
+    out = []
+    for k, (acc, gl) in enumerate(zip(accuracy, losses)):
+        present = [v for v in gl if v == v]
+        out.append({**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc,
+                    "group_losses": gl, "worst_group_loss": max(present) if present else float("nan")})
     if rates is not None:
         dtype = rates.weights.dtype
-        values = rates.values(class_counts(pred, split.parts, rates.n_parts, n_classes).to(dtype)).double()  # eq. 6, hard predictions
-        soft = rates.values(_soft_histograms(logits, tau, split.parts, rates.n_parts).to(dtype)).double()
-        gammas = gammas.double()
-        for k, entry in enumerate(out):
-            entry["constraint_values"] = values[k].cpu().tolist()
-            entry["max_constraint"] = float(values[k].max())
-            entry["max_violation"] = float((values[k] - gammas[k]).max().clamp_min(0.0))
-            entry["satisfied"] = bool((values[k] <= gammas[k] + 1e-12).all())
-            entry["max_soft_constraint"] = float(soft[k].max())
+        values = rates.values(stats.hard.to(dtype)).double()  # eq. 6, hard predictions
+        soft_max = rates.values(stats.soft.to(dtype)).double().max(1).values.tolist()
+        violation = (values - gammas.double()).max(1).values.clamp_min(0.0).tolist()
+        satisfied = (values <= gammas.double() + 1e-12).all(1).tolist()
+        for k, (entry, v) in enumerate(zip(out, values.tolist())):
+            entry["constraint_values"] = v
+            entry["max_constraint"] = max(v)
+            entry["max_violation"] = violation[k]
+            entry["satisfied"] = satisfied[k]
+            entry["max_soft_constraint"] = soft_max[k]
     return out

@@ -161,6 +161,10 @@ class RunRecorder:
     def wants(self, t: int) -> bool:
         return t in self.eval_at
 
+    def selects(self, t: int) -> bool:
+        """Whether the evaluation at step ``t`` is a private-selection checkpoint (it needs the validation logits)."""
+        return t in self.select_at
+
     def snapshot(self) -> dict:
         """What the recorder has recorded so far (a pack's checkpoint, :mod:`raco_bench.packs.checkpoint`)."""
         return {"history": self.history, "selected": self.selected, "selected_params": self.selected_params,
