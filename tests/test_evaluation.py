@@ -130,3 +130,19 @@ def test_a_chunked_evaluation_equals_one_pass(c):
             assert a.keys() == b.keys()
             for key in a:
                 assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (rows, key)
+
+
+def test_a_chunked_evaluation_of_a_diverged_model_takes_the_argmax_rules():
+    """A model whose class-1 weights are NaN predicts class 1 everywhere under argmax; the chunked evaluation (margins
+    from a product of weight differences) sees the NaN margins and counts those chunks by the general path."""
+    rng = np.random.default_rng(14)
+    N, d, G = 300, 4, 2
+    split, problem = _split(rng, N, d, G, 2)
+    weight = torch.as_tensor(rng.normal(size=(2, 2, d)), dtype=torch.float32)
+    bias = torch.zeros(2, 2)
+    weight[1, 1, 0] = float("nan")
+    gammas = torch.full((2, problem.n_constraints), 0.05)
+    chunked = evaluate_linear(weight, bias, split, [1.0, 1.0], G, 2, problem.compile(), gammas, rows=64)
+    assert chunked[1]["accuracy"] == pytest.approx(float((split.y == 1).double().mean()))
+    whole = evaluate_logits(linear_logits(weight, bias, split.X), split, [1.0, 1.0], G, 2, problem.compile(), gammas)
+    assert chunked[0]["accuracy"] == pytest.approx(whole[0]["accuracy"])

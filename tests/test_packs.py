@@ -3,6 +3,8 @@ as the same configuration trained alone (docs/packs.md, "Equivalence")."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -111,6 +113,28 @@ def test_configurations_sharing_a_chunk_equal_their_runs_alone(adult, products, 
     runs = _runs(adult, SHARED_CHUNK, constraint=constraint)
     for res, run in zip(train_pack(runs, products=products), _runs(adult, SHARED_CHUNK, constraint=constraint)):
         _assert_same(res, execute(run), rtol=1e-4)
+
+
+def _three_classes(adult):
+    """Adult relabelled into three classes (the label plus whether age is above its median): every dataset of the
+    catalog is binary, and the pack step has a general path for more classes beside its two-class one."""
+    from raco_bench.data.tabular import Split
+
+    cut = float(np.median(adult.train.X[:, 0]))
+    relabel = lambda s: Split(s.X, s.y + (s.X[:, 0] > cut).astype(np.int64), s.group)  # noqa: E731
+    return dataclasses.replace(adult, name="adult-three-classes", train=relabel(adult.train), val=relabel(adult.val), test=relabel(adult.test),
+                               class_names=("low", "middle", "high"))
+
+
+@pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])
+def test_a_three_class_pack_equals_its_runs_alone(adult, products, constraint):
+    """The general (c-class) step and evaluation: softmax over classes, per-class histograms and coefficients."""
+    three = _three_classes(adult)
+    for specs in (MIXED[:3], [("dp-sgd", p, 0.05, 20, seed) for p, seed in zip(PER_METHOD["dp-sgd"], (4, 5))]):
+        runs = _runs(three, specs, constraint=constraint)
+        assert LagrangianEngine(runs).data.n_classes == 3
+        for res, run in zip(train_pack(runs, products=products), _runs(three, specs, constraint=constraint)):
+            _assert_same(res, execute(run), rtol=1e-4)
 
 
 @pytest.mark.parametrize("method", list(PER_METHOD))

@@ -91,14 +91,14 @@ class IndexedRows:
 
 class SharedRows:
     """Batches shared by groups of configurations (runs that share their batch draws, docs/packs.md, "Shared batches"):
-    ``rows`` holds G groups of ``group`` consecutive configurations each, the rows of a group's configurations all
-    equal. Each group's rows are copied out once (G × M × d) and both products are batched matrix products over
-    every configuration of a group at once, with :class:`IndexedRows`'s two identities (c − 1 classes)."""
+    ``rows`` (G × M) holds the batch of each of G groups of ``group`` consecutive configurations. Each group's rows
+    are copied out once (G × M × d) and both products are batched matrix products over every configuration of a
+    group at once, with :class:`IndexedRows`'s two identities (c − 1 classes)."""
 
-    def __init__(self, X: torch.Tensor, rows: torch.Tensor, group: int | None = None) -> None:
-        S, M = rows.shape
-        self.group = group or S
-        self.Xb = torch.index_select(X, 0, rows.view(S // self.group, self.group, M)[:, 0].reshape(-1)).view(S // self.group, M, X.shape[1])
+    def __init__(self, X: torch.Tensor, rows: torch.Tensor, group: int = 1) -> None:
+        G, M = rows.shape
+        self.group = group
+        self.Xb = torch.index_select(X, 0, rows.reshape(-1)).view(G, M, X.shape[1])
 
     def logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """The logits minus the last class's logit (its row is zero)."""

@@ -123,35 +123,38 @@ def _general_counts(logits: torch.Tensor, pred: torch.Tensor, split: EvalSplit, 
     return SplitCounts(counts, _cell_sums(loss, split.group, n_groups).T, hard, soft)
 
 
-def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None) -> SplitCounts:
-    """:class:`SplitCounts` of two-class models from their margins D = z₁ − z₀ (N × K, no NaN), in arrays of N × K
-    rather than N × 2 × K: ŷ = [D > 0] (argmax picks class 0 on a tie), softmax(τz)₁ = sigmoid(τD), and the
-    cross-entropy −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1."""
+def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None) -> SplitCounts | None:
+    """:class:`SplitCounts` of two-class models from their margins D = z₁ − z₀ (N × K), in arrays of N × K rather
+    than N × 2 × K: ŷ = [D > 0] (argmax picks class 0 on a tie), softmax(τz)₁ = sigmoid(τD), and the cross-entropy
+    −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1. None where a margin is NaN (its loss
+    sum is NaN): the argmax rules for NaN (:func:`predictions`) need both logits."""
     N = margin.shape[0]
-    positive = (margin > 0).to(_exact_dtype(N))
+    positive = torch.sign(margin).clamp_min_(0).to(_exact_dtype(N))  # [D > 0]; faster than a comparison's bool array
     counts = _binary_counts(positive, split.y * n_groups + split.group, 2 * n_groups)
     zt = margin * taus
     p1 = torch.sigmoid(zt) if n_parts is not None else None
     sign = (1 - 2 * split.y).to(zt.dtype)
-    loss = torch.nn.functional.softplus(zt.mul_(sign[:, None]))
+    loss_sums = _cell_sums(torch.nn.functional.softplus(zt.mul_(sign[:, None])), split.group, n_groups).T
+    if bool(loss_sums.isnan().any()):
+        return None
     hard = soft = None
     if n_parts is not None:
         hard = _binary_counts(positive, split.parts, n_parts)
         ones = _cell_sums(p1, split.parts, n_parts)  # P × K
         sizes = torch.bincount(split.parts, minlength=n_parts).to(ones.dtype)
         soft = torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)
-    return SplitCounts(counts, _cell_sums(loss, split.group, n_groups).T, hard, soft)
+    return SplitCounts(counts, loss_sums, hard, soft)
 
 
 def split_counts(logits: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int, n_parts: int | None,
                  pred: torch.Tensor | None = None) -> SplitCounts:
     """:class:`SplitCounts` of K models from their logits on ``split`` (N × c × K). Two-class models with argmax
-    predictions take the margin path (:func:`_binary_counts_of_margins`), unless a margin is NaN: then the
-    argmax rules for NaN (:func:`predictions`) need both logits, and the general path runs."""
+    predictions take the margin path (:func:`_binary_counts_of_margins`) unless a margin is NaN; any other case the
+    general path."""
     if n_classes == 2 and pred is None:
-        margin = logits[:, 1] - logits[:, 0]
-        if not bool(margin.isnan().any()):
-            return _binary_counts_of_margins(margin, split, taus, n_groups, n_parts)
+        counts = _binary_counts_of_margins(logits[:, 1] - logits[:, 0], split, taus, n_groups, n_parts)
+        if counts is not None:
+            return counts
     if pred is None:
         pred = predictions(logits)
     return _general_counts(logits, pred, split, taus, n_groups, n_classes, n_parts)
@@ -232,10 +235,16 @@ def evaluate_linear(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, 
     rows = rows or eval_rows(weight.device)
     tau = torch.tensor(taus, dtype=weight.dtype, device=weight.device)
     n_parts = rates.n_parts if rates is not None else None
+    if n_classes == 2:  # the margins' weights: D = x·(w₁ − w₀) + (b₁ − b₀), one product of K columns instead of 2K
+        weight_gap, bias_gap = (weight[:, 1] - weight[:, 0]).T.contiguous(), bias[:, 1] - bias[:, 0]
     total = None
     for start in range(0, max(len(split.y), 1), rows):
         chunk = split.rows(start, start + rows)
-        counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts)
+        counts = None
+        if n_classes == 2:
+            counts = _binary_counts_of_margins(torch.addmm(bias_gap, chunk.X, weight_gap), chunk, tau, n_groups, n_parts)
+        if counts is None:
+            counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts)
         total = counts if total is None else total + counts
     return metrics_of_counts(total, split, n_groups, n_classes, rates, gammas)
 

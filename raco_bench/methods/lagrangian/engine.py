@@ -60,6 +60,14 @@ class PackSettings:
     def size(self) -> int:
         return int(self.seeds.shape[0])
 
+    @functools.cached_property
+    def batch_draws(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct (batch stream, q) pairs (D × 2, q's float64 bits as int64) and which one each configuration
+        draws (K): a step draws each distinct batch once. Computed once per settings (they do not change by step)."""
+        pairs = torch.stack([self.batch_seeds, self.sampling_rate.view(torch.int64)], 1)
+        distinct, batch = torch.unique(pairs, dim=0, return_inverse=True)
+        return distinct, batch
+
 
 @dataclass
 class PackState:
@@ -128,8 +136,7 @@ class StepNoise:
     @staticmethod
     def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
         """Each distinct (batch stream, q) draws its batch once; the configurations that share it share the rows."""
-        pairs = torch.stack([s.batch_seeds, s.sampling_rate.view(torch.int64)], 1)
-        distinct, batch = torch.unique(pairs, dim=0, return_inverse=True)
+        distinct, batch = s.batch_draws
         rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
         c, d = data.n_classes, data.X.shape[1]
         lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE, s.source), data.n_parts * c) if s.private and s.constrained else None
@@ -146,56 +153,117 @@ class StepNoise:
 
 
 def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None,
-               noise: StepNoise, products: RowProducts):
+               noise: StepNoise, products: RowProducts, group: int = 1):
     """Lines 1–6 for the configurations at ``idx``, padded to ``width`` slots: (Σ clipped gradients + noise for
-    weight and bias, Γ̂ or None, the released histogram Ĥ (k × P × c) or None).
+    weight and bias, Γ̂ or None, the released histogram Ĥ (S × P × c) or None).
 
-    Per-row arrays are class-major, c × k × M: a sum or maximum over classes is then a few
-    contiguous vector operations rather than a reduction over a dimension of 2."""
-    rows, valid = noise.rows[:, :width][idx], noise.valid[:, :width][idx]  # line 1
-    c = data.n_classes
-    constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, *rows.shape)  # (c + 2) × k × M
-    labels, sq_norms = constants[:c], constants[c]
-    mask = valid.to(constants.dtype)
-    batch = products(data.X, rows)
-    temperature = s.temperature[idx, None]
-    z = temperature * batch.logits(state.weight[idx], state.bias[idx])  # c × k × M, up to a per-row shift
-    probs = softmax(z, dim=0)
-    coef = estimates = H = None
-    if s.constrained and rates is not None:
-        hard = s.hard[idx]
-        hist_probs = probs
-        if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
-            predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(2, 0, 1).to(probs.dtype)
-            hist_probs = torch.where(hard[:, None], predicted, probs)
-        # line 2: H (k × P × c). With few parts, a product with the (masked) part one-hot: scatter_add's adds into two
-        # bins per configuration form a serial chain that is 3× slower. Otherwise a scatter by part index.
-        few = data.few_parts
-        if few:
-            in_part = constants[c + 1 :] * mask  # P × k × M; padding slots are in no part
-            H = torch.einsum("jki,pki->kpj", hist_probs, in_part)
-        else:
-            part = constants[c + 1].long().expand(c, -1, -1)  # each row's part, one index per class
-            H = probs.new_zeros(c, rows.shape[0], rates.n_parts).scatter_add_(2, part, hist_probs * mask).permute(1, 2, 0)
-        if s.private:  # line 3: Ĥ = H + Lap(s_L), iid per cell
-            H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)
-        coef_parts, estimates = rates.dual_quantities(H, state.lam[idx], s.expected_batch[idx])  # lines 4 and 8
-        # each row's coefficients, c × k × M (padding rows get weight zero below)
-        coef = torch.einsum("kpj,pki->jki", coef_parts, in_part) if few else torch.gather(coef_parts.permute(2, 0, 1), 2, part)
+    The S configurations are G groups of ``group`` consecutive configurations that drew the same batch (1: each its
+    own; :meth:`StepNoise.shared_groups`). Per-row arrays are class-major, c × G × k × M: a sum over classes is a few
+    contiguous vector operations, and what depends only on the batch (its rows, their constants, the padding mask)
+    is G × 1 × M, computed once per group and broadcast over its k configurations."""
+    c, k = data.n_classes, group
+    lead = idx[::k] if isinstance(idx, torch.Tensor) else slice(None, None, k)  # each group's first configuration
+    rows, valid = noise.rows[lead, :width], noise.valid[lead, :width]  # line 1, G × M
+    G, M = rows.shape
+    constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, G, 1, M)  # (c + 1 + P) × G × 1 × M
+    mask = valid.to(constants.dtype).view(G, 1, M)
+    batch = products(data.X, rows) if k == 1 else SharedRows(data.X, rows, group=k)
+    temperature = s.temperature[idx].view(G, k, 1)
+    z = temperature * batch.logits(state.weight[idx], state.bias[idx]).unflatten(1, (G, k))  # c × G × k × M, up to a per-row shift
+    constrained = s.constrained and rates is not None
+    two = c == 2  # the residual is r₀ alone (r₁ = −r₀): 1 × G × k × M
+    residual, estimates, H = (_two_class_residual if two else _residual)(z, constants, mask, idx, state, data, s, rates if constrained else None, noise)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
-    residual = probs - labels
-    if coef is not None:
-        residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
     residual = residual * temperature
-    norms_sq = residual.square().sum(0) * sq_norms
-    factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx, None], mask)
+    norms_sq = residual.square().sum(0) * (2 * constants[c] if two else constants[c])  # ‖r_i‖²·(‖x_i‖² + 1); ‖(r₀, −r₀)‖² = 2r₀²
+    factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx].view(G, k, 1), mask)
     residual = residual * factor
+    if two:
+        residual = torch.cat([residual, -residual])
+    residual = residual.flatten(1, 2)  # c × S × M
     grad_w = batch.gradient_sums(residual)
     grad_b = residual.sum(2).T
     if s.private:
         grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))
     return grad_w, grad_b, estimates, H
 
+
+def _release(H: torch.Tensor, idx, state: PackState, s: PackSettings, rates: CompiledRates, noise: StepNoise):
+    """Lines 3, 4 and 8 from the exact histogram H (S × P × c): Ĥ = H + Lap(s_L) iid per cell (private methods), the
+    part coefficients of the current λ (S × P × c) and Γ̂ (S × J)."""
+    if s.private:  # line 3
+        H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)
+    coef_parts, estimates = rates.dual_quantities(H, state.lam[idx], s.expected_batch[idx])  # lines 4 and 8
+    return H, coef_parts, estimates
+
+
+def _part_rows(constants: torch.Tensor, mask: torch.Tensor, data: PackData):
+    """Each batch row's part, G × M, as the masked one-hot P × G × M (few parts: products with it), or as the index
+    G × 1 × M (a scatter and a gather by it). Padding slots are in no part."""
+    c = data.n_classes
+    return constants[c + 1 :, :, 0] * mask[:, 0] if data.few_parts else constants[c + 1].long()
+
+
+def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData, s: PackSettings,
+              rates: CompiledRates | None, noise: StepNoise):
+    """Lines 2–5 for any number of classes: the per-row gradient of the Lagrangian with respect to the tempered logits
+    (c × G × k × M, before the factor τ), Γ̂ and the released histogram Ĥ (S × P × c; None without constraints)."""
+    c, (_, G, k, M) = data.n_classes, z.shape
+    probs = softmax(z, dim=0)
+    coef = estimates = H = None
+    if rates is not None:
+        hard = s.hard[idx].view(G, k, 1)
+        hist_probs = probs
+        if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
+            predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(3, 0, 1, 2).to(probs.dtype)
+            hist_probs = torch.where(hard, predicted, probs)
+        # line 2: H. With few parts, a product with the (masked) part one-hot: scatter_add's adds into two bins per
+        # configuration form a serial chain that is 3× slower. Otherwise a scatter by part index.
+        part = _part_rows(constants, mask, data)
+        P = rates.n_parts
+        if data.few_parts:
+            H = torch.einsum("jgki,pgi->gkpj", hist_probs, part)
+        else:
+            H = probs.new_zeros(c, G, k, P).scatter_add_(3, part.expand(c, G, k, M), hist_probs * mask).permute(1, 2, 3, 0)
+        H, coef_parts, estimates = _release(H.reshape(G * k, P, c), idx, state, s, rates, noise)
+        coef_parts = coef_parts.view(G, k, P, c)
+        # each row's coefficients, c × G × k × M (padding rows get weight zero below)
+        coef = (torch.einsum("gkpj,pgi->jgki", coef_parts, part) if data.few_parts
+                else torch.gather(coef_parts.permute(3, 0, 1, 2), 3, part.expand(c, G, k, M)))
+    residual = probs - constants[:c]
+    if coef is not None:
+        residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
+    return residual, estimates, H
+
+
+def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData,
+                        s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
+    """:func:`_residual` for two classes, in arrays of G × k × M rather than 2 × G × k × M (docs/packs.md, "Speed"):
+    r₀ alone, 1 × G × k × M.
+
+    With p₀ = sigmoid(z₀ − z₁) and p₁ = 1 − p₀, the gradient of the Lagrangian with respect to the logits is
+    r₀ = p₀ − y₀ + p₀p₁(a₀ − a₁) and r₁ = −r₀, with a_j the row's coefficient of class j (eq. 13); the histogram's
+    class-1 column is the part's batch count minus its class-0 column. The hard dual update counts class 0 where
+    z₀ ≥ z₁ (argmax picks the first of tied classes)."""
+    _, G, k, M = z.shape
+    margin = z[0] - z[1]
+    p0 = torch.sigmoid(margin)
+    r0 = p0 - constants[0]
+    estimates = H = None
+    if rates is not None:
+        hard = s.hard[idx].view(G, k, 1)
+        hist0 = torch.where(hard, (margin >= 0).to(p0.dtype), p0) if bool(hard.any()) else p0
+        part, P = _part_rows(constants, mask, data), rates.n_parts
+        if data.few_parts:  # line 2, as in _residual: a product with the part one-hot, or a scatter by part index
+            H0, sizes = torch.bmm(hist0, part.permute(1, 2, 0)), part.sum(2).T[:, None]  # G × k × P, G × 1 × P
+        else:
+            H0 = p0.new_zeros(G, k, P).scatter_add_(2, part.expand(G, k, M), hist0 * mask)
+            sizes = p0.new_zeros(G, 1, P).scatter_add_(2, part, mask)
+        H, coef_parts, estimates = _release(torch.stack([H0, sizes - H0], 3).view(G * k, P, 2), idx, state, s, rates, noise)
+        gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P)  # a₀ − a₁ per part
+        row_gap = torch.bmm(gap, part.transpose(0, 1)) if data.few_parts else torch.gather(gap, 2, part.expand(G, k, M))
+        r0 = torch.addcmul(r0, torch.addcmul(p0, p0, p0, value=-1.0), row_gap)  # + p₀(1 − p₀)(a₀ − a₁)
+    return r0[None], estimates, H
 
 def pack_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
               budget: int | None = None) -> PackState:
@@ -235,18 +303,18 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     noise = StepNoise.draw(s, data, t)
     widths = noise.valid.sum(1).tolist()
     shared, alone = noise.shared_groups()
-    work = [(slots, functools.partial(SharedRows, group=size)) for slots, size in group_chunks(shared, widths, slot_bytes(data, SharedRows), budget)]
-    work += [(g, products) for g in chunks([widths[k] for k in alone], slot_bytes(data, products), budget, members=alone)]
+    work = group_chunks(shared, widths, slot_bytes(data, SharedRows), budget)
+    work += [(g, 1) for g in chunks([widths[k] for k in alone], slot_bytes(data, products), budget, members=alone)]
     if len(work) == 1 and work[0][0] == list(range(s.size)):
-        grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, work[0][1])
+        grad_w, grad_b, estimates, H = _gradients(slice(None), max(widths), state, data, s, rates, noise, products, work[0][1])
         return PackRelease(grad_w, grad_b, H, estimates)
     grad_w, grad_b = torch.empty_like(state.weight), torch.empty_like(state.bias)
     constrained = s.constrained and rates is not None
     estimates = torch.empty_like(state.estimates) if constrained else None
     H = state.weight.new_empty(s.size, rates.n_parts, data.n_classes) if constrained else None
-    for group, kind in work:
+    for group, size in work:
         idx = torch.tensor(group, device=state.weight.device)
-        gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, kind)
+        gw, gb, est, hist = _gradients(idx, max(widths[k] for k in group), state, data, s, rates, noise, products, size)
         grad_w[idx], grad_b[idx] = gw, gb  # a configuration repeated as padding writes its own values again
         if est is not None:
             estimates[idx], H[idx] = est, hist.to(H.dtype)
