@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from raco_bench.packs.allocator import keep_freed_memory
 from raco_bench.packs.rows import RowProducts
 from raco_bench.training.evaluation import evaluate_linear, linear_logits
 from raco_bench.training.loop import Run, RunRecorder, RunResult, execute, snapshot
@@ -70,6 +71,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
                              "(prepare its runs with one Keystream: prepare_run(..., source=...))")
     first = runs[0]
     ctx0 = first.ctx
+    keep_freed_memory()  # a step's arrays stay mapped from one step to the next (raco_bench/packs/allocator.py)
     engine = first.method.engine(runs, products)
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]
