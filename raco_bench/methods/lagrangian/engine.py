@@ -60,6 +60,19 @@ class PackSettings:
     def size(self) -> int:
         return int(self.seeds.shape[0])
 
+    def restricted(self, index: torch.Tensor) -> "PackSettings":
+        """These settings for the configurations at ``index`` (:func:`take_rows`), built once per distinct ``index``: a
+        pack whose shorter configurations have finished asks for the same live set at every step, and the subset keeps
+        its own :attr:`batch_draws`."""
+        key = tuple(index.tolist())
+        if key not in self._subsets:
+            self._subsets[key] = take_rows(self, index)
+        return self._subsets[key]
+
+    @functools.cached_property
+    def _subsets(self) -> dict[tuple[int, ...], "PackSettings"]:
+        return {}
+
     @functools.cached_property
     def batch_draws(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct (batch stream, q) pairs (D × 2, q's float64 bits as int64) and which one each configuration
@@ -244,7 +257,8 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
     With p₀ = sigmoid(z₀ − z₁) and p₁ = 1 − p₀, the gradient of the Lagrangian with respect to the logits is
     r₀ = p₀ − y₀ + p₀p₁(a₀ − a₁) and r₁ = −r₀, with a_j the row's coefficient of class j (eq. 13); the histogram's
     class-1 column is the part's batch count minus its class-0 column. The hard dual update counts class 0 where
-    z₀ ≥ z₁ (argmax picks the first of tied classes)."""
+    p₀ ≥ ½: argmax of the probabilities picks the first of tied classes, and p₀ rounds to ½ for margins within about
+    6e-8 of 0, so this is the single run's argmax, ties included."""
     _, G, k, M = z.shape
     margin = z[0] - z[1]
     p0 = torch.sigmoid(margin)
@@ -252,7 +266,7 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
     estimates = H = None
     if rates is not None:
         hard = s.hard[idx].view(G, k, 1)
-        hist0 = torch.where(hard, (margin >= 0).to(p0.dtype), p0) if bool(hard.any()) else p0
+        hist0 = torch.where(hard, (p0 >= 0.5).to(p0.dtype), p0) if bool(hard.any()) else p0
         part, P = _part_rows(constants, mask, data), rates.n_parts
         if data.few_parts:  # line 2, as in _residual: a product with the part one-hot, or a scatter by part index
             H0, sizes = torch.bmm(hist0, part.permute(1, 2, 0)), part.sum(2).T[:, None]  # G × k × P, G × 1 × P
@@ -278,7 +292,7 @@ def pack_step(state: PackState, data: PackData, s: PackSettings, rates: Compiled
         return state
     if not bool(live.all()):
         index = torch.nonzero(live).flatten()
-        return put_rows(state, index, _step(take_rows(state, index), data, take_rows(s, index), rates, products, budget))
+        return put_rows(state, index, _step(take_rows(state, index), data, s.restricted(index), rates, products, budget))
     return _step(state, data, s, rates, products, budget)
 
 
