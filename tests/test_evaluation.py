@@ -8,7 +8,17 @@ import pytest
 import torch
 
 from raco_bench.constraints import demographic_parity, equalized_odds
-from raco_bench.training.evaluation import EvalSplit, _general_counts, evaluate_linear, evaluate_logits, fairness_gaps, linear_logits, predictions, split_counts
+from raco_bench.training.evaluation import (
+    LOSS_METRICS,
+    EvalSplit,
+    _general_counts,
+    evaluate_linear,
+    evaluate_logits,
+    fairness_gaps,
+    linear_logits,
+    predictions,
+    split_counts,
+)
 
 
 def _reference_values(problem, probs: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -146,3 +156,20 @@ def test_a_chunked_evaluation_of_a_diverged_model_takes_the_argmax_rules():
     assert chunked[1]["accuracy"] == pytest.approx(float((split.y == 1).double().mean()))
     whole = evaluate_logits(linear_logits(weight, bias, split.X), split, [1.0, 1.0], G, 2, problem.compile(), gammas)
     assert chunked[0]["accuracy"] == pytest.approx(whole[0]["accuracy"])
+
+
+@pytest.mark.parametrize("c", [2, 3])
+def test_an_evaluation_without_losses_gives_the_same_counts_and_no_loss_metrics(c):
+    """losses=False (what a pack computes at steps no checkpoint rule can report) leaves out exactly LOSS_METRICS."""
+    rng = np.random.default_rng(15 + c)
+    N, d, G, K = 700, 4, 2, 3
+    split, problem = _split(rng, N, d, G, c, equalized_odds)
+    weight = torch.as_tensor(rng.normal(size=(K, c, d)), dtype=torch.float32)
+    bias = torch.as_tensor(rng.normal(size=(K, c)), dtype=torch.float32)
+    taus, gammas = [1.0, 2.0, 0.5], torch.full((K, problem.n_constraints), 0.05)
+    full = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=128)
+    counts = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=128, losses=False)
+    whole = evaluate_logits(linear_logits(weight, bias, split.X), split, taus, G, c, problem.compile(), gammas, losses=False)
+    for a, b, w in zip(full, counts, whole):
+        assert set(a) - set(b) == set(LOSS_METRICS) and set(b) == set(w)
+        assert b == {k: v for k, v in a.items() if k not in LOSS_METRICS} == w

@@ -157,6 +157,14 @@ def test_checkpoint_rules_pick_the_same_checkpoint_in_a_pack(adult, checkpoint):
             assert [r["step"] for r in res.selection_releases] == [r["step"] for r in alone.selection_releases]
             for a, b in zip(res.selection_releases, alone.selection_releases):
                 torch.testing.assert_close(a["noisy_counts"], b["noisy_counts"], rtol=0, atol=2.0)  # same Laplace draws, counts ±1 row
+        # the loss metrics exist exactly where an entry can be reported: the last step, the private checkpoints, the paper
+        # rule's improvements; the same entries in a pack and alone, and every reported split has them
+        with_losses = [e["step"] for e in res.history if "worst_group_loss" in e["val"]]
+        assert with_losses == [e["step"] for e in alone.history if "worst_group_loss" in e["val"]]
+        assert res.steps in with_losses and len(with_losses) < len(res.history)
+        for split in ("train", "val", "test"):
+            assert {"group_losses", "worst_group_loss", "max_soft_constraint"} <= set(res.reported[split]) and "worst_group_loss" in res.last[split]
+            assert res.reported[split]["worst_group_loss"] == pytest.approx(alone.reported[split]["worst_group_loss"], rel=1e-3)
 
 
 @pytest.mark.parametrize("privacy", ["full", "none"])

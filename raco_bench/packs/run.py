@@ -101,8 +101,7 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         t0 = time.perf_counter()
         weight, bias = engine.linear(torch.tensor(due, device=ctx0.device))
         taus, gammas = [getattr(runs[k].ctx.hyper, "temperature", 1.0) for k in due], torch.stack([runs[k].ctx.rates.gamma for k in due])
-        metrics = {name: evaluate_linear(weight, bias, split, taus, ctx0.dataset.n_groups, ctx0.dataset.n_classes, ctx0.rates, gammas)
-                   for name, split in first.evals.items()}
+        metrics = _evaluate(weight, bias, first, taus, gammas, lambda i, m: recorders[due[i]].reportable(t, m))
         selecting = any(recorders[k].selects(t) for k in due)  # private selection reads the validation logits themselves
         val_logits = linear_logits(weight, bias, first.evals["val"].X) if selecting else None
         for i, k in enumerate(due):
@@ -110,6 +109,25 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
                                  val_logits[:, :, i] if val_logits is not None else None)
         eval_time[due] += (time.perf_counter() - t0) / len(due)
     return [rec.result(snapshot(engine.params(k)), float(step_time[k]), float(eval_time[k])) for k, rec in enumerate(recorders)]
+
+
+def _evaluate(weight: torch.Tensor, bias: torch.Tensor, run: Run, taus: list[float], gammas: torch.Tensor,
+              reportable: Callable[[int, dict], bool]) -> dict[str, list[dict]]:
+    """The metrics of K models on each of ``run``'s splits. Every model gets the metrics its curves need (counts);
+    the models whose entry ``reportable(i, metrics)`` says can be reported get, in a second pass, the loss metrics too
+    (:data:`~raco_bench.training.evaluation.LOSS_METRICS`: a softplus and a sigmoid per row and model, most of an
+    evaluation's cost otherwise)."""
+    ds, rates = run.ctx.dataset, run.ctx.rates
+    metrics = {name: evaluate_linear(weight, bias, split, taus, ds.n_groups, ds.n_classes, rates, gammas, losses=False)
+               for name, split in run.evals.items()}
+    full = [i for i in range(len(taus)) if reportable(i, {name: m[i] for name, m in metrics.items()})]
+    if full:
+        sub = torch.tensor(full, device=weight.device)
+        for name, split in run.evals.items():
+            complete = evaluate_linear(weight[sub], bias[sub], split, [taus[i] for i in full], ds.n_groups, ds.n_classes, rates, gammas[sub])
+            for i, entry in zip(full, complete):
+                metrics[name][i] = entry
+    return metrics
 
 
 def train_runs(runs: list[Run], progress: Callable[[int, dict], None] | None = None, checkpoint: PackCheckpoint | None = None) -> list[RunResult]:

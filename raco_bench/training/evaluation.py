@@ -11,7 +11,9 @@ max_{y,k} (max_a − min_a) P(ŷ=k | y, a) (both over non-empty cells; for binar
 fairlearn's demographic_parity_difference and equalized_odds_difference), for binary tasks the
 false-negative rate P(ŷ=0 | y=1), and the bounded-group-loss family: each sensitive group's mean
 cross-entropy of the model's predictive distribution softmax(τz) (``group_losses``) and its maximum
-(``worst_group_loss``, docs/methods/budget-tailoring.md), for every method.
+(``worst_group_loss``, docs/methods/budget-tailoring.md), for every method. Those and the soft max
+(:data:`LOSS_METRICS`) cost a softplus and a sigmoid per row and model, so a run keeps them only in
+entries that can be reported (:meth:`raco_bench.training.loop.RunRecorder.reportable`; docs/packs.md, "Speed").
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.data.tabular import Split
+
+LOSS_METRICS = ("group_losses", "worst_group_loss", "max_soft_constraint")  # the costly metrics: every row's softplus and sigmoid
 
 
 @dataclass(frozen=True)
@@ -96,68 +100,73 @@ class SplitCounts:
     """What every metric of K models on a split is computed from: ``counts`` K × (label, group) cells × ŷ (hard
     predictions, exact), ``loss_sums`` K × G (Σ of each row's cross-entropy of softmax(τz) per sensitive group),
     and with rate constraints ``hard`` and ``soft`` K × P × c (eq. 8 histograms of the hard and the soft
-    predictions per part)."""
+    predictions per part). ``loss_sums`` and ``soft`` are None where the evaluation left out the loss metrics
+    (:data:`LOSS_METRICS`)."""
 
     counts: torch.Tensor
-    loss_sums: torch.Tensor
+    loss_sums: torch.Tensor | None
     hard: torch.Tensor | None
     soft: torch.Tensor | None
 
     def __add__(self, other: "SplitCounts") -> "SplitCounts":
         """The counts of two disjoint sets of rows together: every field is a sum over rows."""
-        return SplitCounts(self.counts + other.counts, self.loss_sums + other.loss_sums,
-                           None if self.hard is None else self.hard + other.hard, None if self.soft is None else self.soft + other.soft)
+        def add(a, b):
+            return None if a is None else a + b
+
+        return SplitCounts(self.counts + other.counts, add(self.loss_sums, other.loss_sums), add(self.hard, other.hard), add(self.soft, other.soft))
 
 
 def _general_counts(logits: torch.Tensor, pred: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int,
-                    n_parts: int | None) -> SplitCounts:
+                    n_parts: int | None, losses: bool = True) -> SplitCounts:
     """:class:`SplitCounts` for any number of classes from logits N × c × K and predictions N × K."""
     counts = class_counts(pred, split.y * n_groups + split.group, n_classes * n_groups, n_classes)
     N, c, K = logits.shape
+    hard = class_counts(pred, split.parts, n_parts, n_classes) if n_parts is not None else None
+    if not losses:
+        return SplitCounts(counts, None, hard, None)
     z = logits * taus
     loss = torch.logsumexp(z, 1) - z.gather(1, split.y.view(N, 1, 1).expand(N, 1, K))[:, 0]  # N × K
-    hard = soft = None
-    if n_parts is not None:
-        hard = class_counts(pred, split.parts, n_parts, n_classes)
-        soft = _soft_histograms(logits, taus, split.parts, n_parts)
+    soft = _soft_histograms(logits, taus, split.parts, n_parts) if n_parts is not None else None
     return SplitCounts(counts, _cell_sums(loss, split.group, n_groups).T, hard, soft)
 
 
-def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None) -> SplitCounts | None:
+def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None,
+                              losses: bool = True) -> SplitCounts | None:
     """:class:`SplitCounts` of two-class models from their margins D = z₁ − z₀ (N × K), in arrays of N × K rather
     than N × 2 × K: ŷ = [D > 0] (argmax picks class 0 on a tie), softmax(τz)₁ = sigmoid(τD), and the cross-entropy
-    −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1. None where a margin is NaN (its loss
-    sum is NaN): the argmax rules for NaN (:func:`predictions`) need both logits."""
+    −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1. None where a margin is NaN (their sum
+    is NaN): the argmax rules for NaN (:func:`predictions`) need both logits."""
+    if bool(margin.sum().isnan()):
+        return None
     N = margin.shape[0]
     positive = torch.sign(margin).clamp_min_(0).to(_exact_dtype(N))  # [D > 0]; faster than a comparison's bool array
     counts = _binary_counts(positive, split.y * n_groups + split.group, 2 * n_groups)
+    hard = _binary_counts(positive, split.parts, n_parts) if n_parts is not None else None
+    if not losses:
+        return SplitCounts(counts, None, hard, None)
     zt = margin * taus
-    p1 = torch.sigmoid(zt) if n_parts is not None else None
-    sign = (1 - 2 * split.y).to(zt.dtype)
-    loss_sums = _cell_sums(torch.nn.functional.softplus(zt.mul_(sign[:, None])), split.group, n_groups).T
-    if bool(loss_sums.isnan().any()):
-        return None
-    hard = soft = None
+    soft = None
     if n_parts is not None:
-        hard = _binary_counts(positive, split.parts, n_parts)
-        ones = _cell_sums(p1, split.parts, n_parts)  # P × K
+        ones = _cell_sums(torch.sigmoid(zt), split.parts, n_parts)  # P × K
         sizes = torch.bincount(split.parts, minlength=n_parts).to(ones.dtype)
         soft = torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)
+    sign = (1 - 2 * split.y).to(zt.dtype)
+    loss_sums = _cell_sums(torch.nn.functional.softplus(zt.mul_(sign[:, None])), split.group, n_groups).T
     return SplitCounts(counts, loss_sums, hard, soft)
 
 
 def split_counts(logits: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int, n_parts: int | None,
-                 pred: torch.Tensor | None = None) -> SplitCounts:
+                 pred: torch.Tensor | None = None, losses: bool = True) -> SplitCounts:
     """:class:`SplitCounts` of K models from their logits on ``split`` (N × c × K). Two-class models with argmax
     predictions take the margin path (:func:`_binary_counts_of_margins`) unless a margin is NaN; any other case the
-    general path."""
+    general path. ``losses=False`` leaves out the loss sums and the soft histogram."""
     if n_classes == 2 and pred is None:
-        counts = _binary_counts_of_margins(logits[:, 1] - logits[:, 0], split, taus, n_groups, n_parts)
+        counts = _binary_counts_of_margins(logits[:, 1] - logits[:, 0], split, taus, n_groups, n_parts, losses)
         if counts is not None:
             return counts
     if pred is None:
         pred = predictions(logits)
-    return _general_counts(logits, pred, split, taus, n_groups, n_classes, n_parts)
+    return _general_counts(logits, pred, split, taus, n_groups, n_classes, n_parts, losses)
 
 
 def _cell_rate_gaps(counts: torch.Tensor) -> torch.Tensor:
@@ -201,7 +210,7 @@ def _soft_histograms(logits: torch.Tensor, taus: torch.Tensor, parts: torch.Tens
 
 @torch.no_grad()
 def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
-                    rates: CompiledRates | None, gammas: torch.Tensor | None, pred: torch.Tensor | None = None) -> list[dict]:
+                    rates: CompiledRates | None, gammas: torch.Tensor | None, pred: torch.Tensor | None = None, losses: bool = True) -> list[dict]:
     """The metrics of K models from their logits on ``split`` (N × c × K), one dict per model.
 
     ``taus`` are the models' temperatures (for the soft constraint values) and ``gammas`` (K × J)
@@ -209,10 +218,11 @@ def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n
     Every count is one matrix product of a cell one-hot with the prediction one-hot
     (:func:`class_counts`), so K models cost little more than one. ``pred`` (N × K) overrides the
     hard predictions argmax would give: a randomised predictor passes one draw of its predictions
-    and, as ``logits``, the log of its prediction probabilities (docs/methods/dp-postprocess.md).
+    and, as ``logits``, the log of its prediction probabilities (docs/methods/dp-postprocess.md). ``losses=False``
+    leaves out :data:`LOSS_METRICS`, the costly part (a softplus and a sigmoid per row and model).
     """
     tau = torch.tensor(taus, dtype=logits.dtype, device=logits.device)
-    stats = split_counts(logits, split, tau, n_groups, n_classes, rates.n_parts if rates is not None else None, pred)
+    stats = split_counts(logits, split, tau, n_groups, n_classes, rates.n_parts if rates is not None else None, pred, losses)
     return metrics_of_counts(stats, split, n_groups, n_classes, rates, gammas)
 
 
@@ -227,7 +237,7 @@ def eval_rows(device: torch.device) -> int:
 
 @torch.no_grad()
 def evaluate_linear(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, taus: list[float], n_groups: int, n_classes: int,
-                    rates: CompiledRates | None, gammas: torch.Tensor | None, rows: int | None = None) -> list[dict]:
+                    rates: CompiledRates | None, gammas: torch.Tensor | None, rows: int | None = None, losses: bool = True) -> list[dict]:
     """:func:`evaluate_logits` of K linear models (weight K × c × d, bias K × c), ``rows`` rows at a time: every
     statistic is a sum over rows (:class:`SplitCounts`), so the chunks' counts add up, and the logits never exist
     as one N × c × K array. On two cores this is about 3× faster than one pass over the split (the arrays of a chunk
@@ -242,9 +252,9 @@ def evaluate_linear(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, 
         chunk = split.rows(start, start + rows)
         counts = None
         if n_classes == 2:
-            counts = _binary_counts_of_margins(torch.addmm(bias_gap, chunk.X, weight_gap), chunk, tau, n_groups, n_parts)
+            counts = _binary_counts_of_margins(torch.addmm(bias_gap, chunk.X, weight_gap), chunk, tau, n_groups, n_parts, losses)
         if counts is None:
-            counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts)
+            counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts, losses=losses)
         total = counts if total is None else total + counts
     return metrics_of_counts(total, split, n_groups, n_classes, rates, gammas)
 
@@ -257,17 +267,16 @@ def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_cla
     correct = torch.stack([cells[:, j, :, j].sum(1) for j in range(n_classes)]).sum(0)
     accuracy = (correct / N).tolist() if N else [float("nan")] * len(correct)
     gaps = _gaps_of_counts(stats.counts, n_groups, n_classes)
-    sizes = torch.bincount(split.group, minlength=n_groups).double()
-    losses = (stats.loss_sums.double() / sizes).tolist()  # NaN for an empty group
-    out = []
-    for k, (acc, gl) in enumerate(zip(accuracy, losses)):
-        present = [v for v in gl if v == v]
-        out.append({**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc,
-                    "group_losses": gl, "worst_group_loss": max(present) if present else float("nan")})
+    out = [{**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc} for k, acc in enumerate(accuracy)]
+    if stats.loss_sums is not None:
+        sizes = torch.bincount(split.group, minlength=n_groups).double()
+        for entry, gl in zip(out, (stats.loss_sums.double() / sizes).tolist()):  # NaN for an empty group
+            present = [v for v in gl if v == v]
+            entry["group_losses"], entry["worst_group_loss"] = gl, max(present) if present else float("nan")
     if rates is not None:
         dtype = rates.weights.dtype
         values = rates.values(stats.hard.to(dtype)).double()  # eq. 6, hard predictions
-        soft_max = rates.values(stats.soft.to(dtype)).double().max(1).values.tolist()
+        soft_max = rates.values(stats.soft.to(dtype)).double().max(1).values.tolist() if stats.soft is not None else None
         violation = (values - gammas.double()).max(1).values.clamp_min(0.0).tolist()
         satisfied = (values <= gammas.double() + 1e-12).all(1).tolist()
         for k, (entry, v) in enumerate(zip(out, values.tolist())):
@@ -275,5 +284,6 @@ def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_cla
             entry["max_constraint"] = max(v)
             entry["max_violation"] = violation[k]
             entry["satisfied"] = satisfied[k]
-            entry["max_soft_constraint"] = soft_max[k]
+            if soft_max is not None:
+                entry["max_soft_constraint"] = soft_max[k]
     return out

@@ -34,7 +34,7 @@ from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig, batch_stream_id, stream_id
-from raco_bench.training.evaluation import EvalSplit, evaluate_logits
+from raco_bench.training.evaluation import LOSS_METRICS, EvalSplit, evaluate_logits
 from raco_bench.training.selection import PrivateSelector, selection_steps
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
@@ -165,6 +165,19 @@ class RunRecorder:
         """Whether the evaluation at step ``t`` is a private-selection checkpoint (it needs the validation logits)."""
         return t in self.select_at
 
+    def _improves(self, t: int, metrics: dict[str, dict]) -> bool:
+        """Whether the evaluation at step ``t`` becomes the selected checkpoint of the papers' rule: its exact train-set
+        constraints hold and its validation accuracy beats the one selected so far."""
+        candidate = not self.final_only or t == self.T
+        return candidate and "train" in metrics and metrics["train"]["satisfied"] and (
+            self.selected is None or metrics["val"]["accuracy"] > self.selected["val"]["accuracy"])
+
+    def reportable(self, t: int, metrics: dict[str, dict]) -> bool:
+        """Whether the evaluation at step ``t`` (``metrics`` per split, before :meth:`observe`) can end up reported: the last
+        step, a private-selection checkpoint, or a new best of the papers' rule. Only these entries keep the loss metrics
+        (:data:`~raco_bench.training.evaluation.LOSS_METRICS`), which a pack computes only for them."""
+        return t == self.T or t in self.select_at or self._improves(t, metrics)
+
     def snapshot(self) -> dict:
         """What the recorder has recorded so far (a pack's checkpoint, :mod:`raco_bench.packs.checkpoint`)."""
         return {"history": self.history, "selected": self.selected, "selected_params": self.selected_params,
@@ -181,15 +194,16 @@ class RunRecorder:
     def observe(self, t: int, params: dict, metrics: dict[str, dict], report: dict, val_logits: torch.Tensor | None) -> None:
         """Record the evaluation at step ``t``: ``metrics`` per split, the method's ``report``, the validation logits."""
         cfg = self.run.ctx.config
+        if not self.reportable(t, metrics):  # the same entries whether the metrics came from a pack or from a run alone
+            metrics = {name: {k: v for k, v in m.items() if k not in LOSS_METRICS} for name, m in metrics.items()}
+        improves = self._improves(t, metrics)
         if t in self.select_at and self.selector.observe(t, val_logits, self.run.evals["val"]):
             self.private_params = snapshot(params)
         entry: dict[str, Any] = {"step": t, "total": self.T, **metrics, **report}
         self.history.append(entry)
         if self.show:
             self.show(entry)
-        candidate = not self.final_only or t == self.T
-        if candidate and "train" in entry and entry["train"]["satisfied"] and (
-                self.selected is None or entry["val"]["accuracy"] > self.selected["val"]["accuracy"]):
+        if improves:
             self.selected = {k: entry[k] for k in ("step", *SPLITS)}
             if cfg.checkpoint == "paper":  # only that rule reports this checkpoint's model
                 self.selected_params = snapshot(params)
