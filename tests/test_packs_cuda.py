@@ -1,0 +1,69 @@
+"""Packs on a CUDA device (docs/packs.md, "Equivalence", "The GPU path"): the contract of tests/test_packs.py on the
+GPU, where a pack multiplies copied-out rows (``GatheredRows``) and evaluates 65,536 rows at a time. Each configuration
+trained in a pack on the device ends as it does alone on the device (same draws: the counter generator computes the
+same words on any device). Skipped where no CUDA device is present; on a machine with one:
+``python -m pytest tests/test_packs_cuda.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_packs import MIXED, PER_METHOD, SOURCE, _assert_same, _three_classes
+from test_shared_batches import SHARED
+
+from raco_bench.methods.lagrangian.engine import LagrangianEngine
+from raco_bench.packs.run import train_pack
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import execute, prepare_run
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+
+def _runs(ds, specs, constraint="demographic-parity", draws="own", checkpoint="last"):
+    return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=5, checkpoint=checkpoint,
+                                  constraint=constraint, train_metrics=True, batch_draws=draws, device="cuda"), ds, source=SOURCE)
+            for m, p, g, T, seed in specs]
+
+
+def _same_on_cuda(ds, specs, **kwargs) -> None:
+    runs = _runs(ds, specs, **kwargs)
+    engine = LagrangianEngine(runs) if runs[0].method.name != "dp-fermi" else None
+    assert engine is None or engine.data.X.device.type == "cuda"
+    for res, run in zip(train_pack(runs), _runs(ds, specs, **kwargs)):
+        _assert_same(res, execute(run), rtol=1e-4)
+
+
+@pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])
+def test_a_mixed_raco_dp_pack_on_cuda_equals_its_runs_alone(adult, constraint):
+    _same_on_cuda(adult, MIXED, constraint=constraint)
+
+
+@pytest.mark.parametrize("method", list(PER_METHOD))
+def test_every_lagrangian_method_packs_equivalently_on_cuda(adult, method):
+    _same_on_cuda(adult, [(method, p, 0.05, T, seed) for (p, T, seed) in zip(PER_METHOD[method], (30, 17), (4, 5))])
+
+
+@pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])
+def test_configurations_sharing_batches_on_cuda_equal_their_runs_alone(adult, constraint):
+    _same_on_cuda(adult, SHARED, constraint=constraint, draws="shared")
+
+
+def test_a_three_class_pack_on_cuda_equals_its_runs_alone(adult):
+    _same_on_cuda(_three_classes(adult), SHARED, draws="shared")
+
+
+@pytest.mark.parametrize("checkpoint", ["paper", "private"])
+def test_checkpoint_rules_on_cuda_pick_what_a_run_alone_picks(adult, checkpoint):
+    specs = [("raco-dp", dict(batch_size=512, lr=1.0), 0.05, 60, 7), ("raco-dp", dict(batch_size=1024, lr=0.5, dual_update="hard"), 0.02, 45, 8)]
+    for res, run in zip(train_pack(_runs(adult, specs, checkpoint=checkpoint)), _runs(adult, specs, checkpoint=checkpoint)):
+        alone = execute(run)
+        _assert_same(res, alone, rtol=1e-4)
+        assert res.reported["step"] == alone.reported["step"]
+
+
+@pytest.mark.parametrize("privacy", ["full", "none"])
+def test_dp_fermi_packs_equivalently_on_cuda(adult, privacy):
+    specs = [("dp-fermi", dict(batch_size=256, privacy=privacy, fairness=2.0, lr=0.3, lr_w=0.8, clip_theta=0.5, clip_w=2.0, w_radius=1.0,
+                               noise_multiplier=1.5), 0.05, 30, 0),
+             ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
+    _same_on_cuda(adult, specs)
