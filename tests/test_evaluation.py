@@ -124,15 +124,20 @@ def test_a_nan_margin_takes_the_argmax_rules():
     assert out["accuracy"] == pytest.approx(float((logits[:, :, 0].argmax(1) == split.y).double().mean()))
 
 
-@pytest.mark.parametrize("c", [2, 3])
-def test_a_chunked_evaluation_equals_one_pass(c):
-    """evaluate_linear sums its statistics over chunks of rows; any chunk size gives what one pass over the logits gives."""
-    rng = np.random.default_rng(13 + c)
-    N, d, G, K = 900, 5, 3, 4
+def _linear_models(rng, N: int, d: int, G: int, c: int, K: int):
+    """A split with equalized-odds parts and K random linear models of c classes, their targets γ = 0.05."""
     split, problem = _split(rng, N, d, G, c, equalized_odds)
     weight = torch.as_tensor(rng.normal(size=(K, c, d)), dtype=torch.float32)
     bias = torch.as_tensor(rng.normal(size=(K, c)), dtype=torch.float32)
-    taus, gammas = [1.0, 2.0, 0.5, 3.0], torch.full((K, problem.n_constraints), 0.05)
+    return split, problem, weight, bias, torch.full((K, problem.n_constraints), 0.05)
+
+
+@pytest.mark.parametrize("c", [2, 3])
+def test_a_chunked_evaluation_equals_one_pass(c):
+    """evaluate_linear sums its statistics over chunks of rows; any chunk size gives what one pass over the logits gives."""
+    N, G = 900, 3
+    split, problem, weight, bias, gammas = _linear_models(np.random.default_rng(13 + c), N, 5, G, c, 4)
+    taus = [1.0, 2.0, 0.5, 3.0]
     whole = evaluate_logits(linear_logits(weight, bias, split.X), split, taus, G, c, problem.compile(), gammas)
     for rows in (7, 256, N):
         chunked = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=rows)
@@ -161,12 +166,9 @@ def test_a_chunked_evaluation_of_a_diverged_model_takes_the_argmax_rules():
 @pytest.mark.parametrize("c", [2, 3])
 def test_an_evaluation_without_losses_gives_the_same_counts_and_no_loss_metrics(c):
     """losses=False (what a pack computes at steps no checkpoint rule can report) leaves out exactly LOSS_METRICS."""
-    rng = np.random.default_rng(15 + c)
-    N, d, G, K = 700, 4, 2, 3
-    split, problem = _split(rng, N, d, G, c, equalized_odds)
-    weight = torch.as_tensor(rng.normal(size=(K, c, d)), dtype=torch.float32)
-    bias = torch.as_tensor(rng.normal(size=(K, c)), dtype=torch.float32)
-    taus, gammas = [1.0, 2.0, 0.5], torch.full((K, problem.n_constraints), 0.05)
+    G = 2
+    split, problem, weight, bias, gammas = _linear_models(np.random.default_rng(15 + c), 700, 4, G, c, 3)
+    taus = [1.0, 2.0, 0.5]
     full = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=128)
     counts = evaluate_linear(weight, bias, split, taus, G, c, problem.compile(), gammas, rows=128, losses=False)
     whole = evaluate_logits(linear_logits(weight, bias, split.X), split, taus, G, c, problem.compile(), gammas, losses=False)
