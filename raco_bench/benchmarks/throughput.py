@@ -13,7 +13,8 @@ every run drawing its own batches and once with shared batch draws (the sweep de
 * configurations per hour for each pack size and batch draws, the step-only cost per configuration and the share of
   the time spent in evaluations;
 * the ratio of a configuration's step cost in the largest pack to a single configuration's step;
-* the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ);
+* the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ): the median of
+  ratios of alternating pairs of runs, so that the machine's drift in speed hits both sides of each ratio;
 * the cost of secret randomness: RaCO-DP's step cost per configuration inside the largest pack with the
   secret word source (AES-256-CTR, the default) over the reproducible one (SplitMix64).
 
@@ -45,6 +46,7 @@ from raco_bench.progress import Progress
 
 EXPERIMENT = "raco-bench-throughput"
 REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of this many 100-step runs
+PAIRS = 7  # alternating RaCO-DP / DP-SGD pack runs whose ratios give the median ratio
 SEEDS = 5  # seeds per sampled configuration, as the papers' phase 1 has
 DRAWS = ("own", "shared")
 
@@ -85,7 +87,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     ds = load_dataset("adult")
     cache = CalibrationCache()
     rows = []
-    progress = Progress("bench throughput", 2 * len(sizes) + 3, every=0.0)
+    progress = Progress("bench throughput", 2 * len(sizes) + 4, every=0.0)
     for size in sizes:
         k = singles if size == 1 else size
         for draws in DRAWS if size > 1 else ("own",):  # alone, a run's batches cost the same from either stream
@@ -119,13 +121,19 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         step_cost[method] = (alone, packed)
         progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
 
+    def in_pack(method: str) -> float:
+        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
+
+    pairs = [in_pack(DEFAULT_METHOD) / in_pack(timing_reference()) for _ in range(PAIRS)]
+    progress.advance(f"{DEFAULT_METHOD} / {timing_reference()} in a pack of {big}, {PAIRS} alternating pairs: median {statistics.median(pairs):.3f}")
+
     def reproducible_ms() -> float:
         return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, DEFAULT_METHOD, big, device, 10**6, cache, fixed, steps=100,
                                                                                   randomness="reproducible")))
 
     reproducible_ms()
     step_cost["reproducible"] = (math.nan, statistics.median(reproducible_ms() for _ in range(REPEATS_PACKED)))
-    return {"rows": rows, "step_cost": step_cost, "largest": big}
+    return {"rows": rows, "step_cost": step_cost, "largest": big, "pair_ratios": pairs}
 
 
 def hardware(device: str) -> str:
@@ -148,7 +156,9 @@ def format_report(out: dict, hw: str) -> str:
     (ra, rp), (da, dp) = out["step_cost"][ours], out["step_cost"][base]
     lines += ["", f"step cost per configuration in a pack of {out['largest']} / a single configuration's step: "
               f"{ours} {rp / ra:.3f} ({rp:.4f} / {ra:.3f} ms), {base} {dp / da:.3f} ({dp:.4f} / {da:.3f} ms)",
-              f"{ours} / {base} step cost per configuration inside the pack: {rp / dp:.3f} (alone: {ra / da:.3f})"]
+              f"{ours} / {base} step cost per configuration inside the pack: {statistics.median(out['pair_ratios']):.3f} (median of "
+              f"{len(out['pair_ratios'])} alternating pairs, {min(out['pair_ratios']):.3f} to {max(out['pair_ratios']):.3f}; "
+              f"separate medians {rp / dp:.3f}; alone: {ra / da:.3f})"]
     _, rr = out["step_cost"]["reproducible"]
     lines.append(f"secret / reproducible randomness, {ours} step cost per configuration inside the pack: {rp / rr:.3f} ({rp:.4f} / {rr:.4f} ms)")
     return "\n".join(lines)
@@ -157,7 +167,7 @@ def format_report(out: dict, hw: str) -> str:
 def log(uri: str, out: dict, hw: str) -> str:
     (ra, rp), (da, dp) = out["step_cost"][DEFAULT_METHOD], out["step_cost"][timing_reference()]
     _, rr = out["step_cost"]["reproducible"]
-    metrics = {"pack_step_ratio_raco_dp": rp / ra, "pack_step_ratio_dp_sgd": dp / da, "raco_dp_over_dp_sgd_in_pack": rp / dp,
+    metrics = {"pack_step_ratio_raco_dp": rp / ra, "pack_step_ratio_dp_sgd": dp / da, "raco_dp_over_dp_sgd_in_pack": statistics.median(out["pair_ratios"]),
                "secret_over_reproducible_in_pack": rp / rr}
     parent = tracking.RunRecord(f"throughput {hw}", {tracking.KIND: "throughput", "hardware": hw}, {"largest_pack": out["largest"]}, metrics)
     rows = [tracking.RunRecord(f"pack size {r['pack_size']} ({r['batch_draws']} batches)", {tracking.KIND: "throughput-row"},
