@@ -40,9 +40,10 @@ def products(request):
 SOURCE = Keystream(bytes(range(32)))  # one secret key for the pack and the runs alone: a pack equals its runs alone under a key
 
 
-def _runs(adult, specs, eval_every=10, checkpoint="last", constraint="demographic-parity"):
+def _runs(adult, specs, eval_every=10, checkpoint="last", constraint="demographic-parity", draws="own", device="cpu"):
     return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=eval_every, checkpoint=checkpoint,
-                                  constraint=constraint, train_metrics=True), adult, source=SOURCE) for m, p, g, T, seed in specs]
+                                  constraint=constraint, train_metrics=True, batch_draws=draws, device=device), adult, source=SOURCE)
+            for m, p, g, T, seed in specs]
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> float:

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_packs import MIXED, PER_METHOD, SOURCE, _assert_same, _three_classes
+from test_packs import MIXED, PER_METHOD, _assert_same, _three_classes
+from test_packs import _runs as runs_on
 from test_shared_batches import SHARED
 
 from raco_bench.methods.lagrangian.engine import LagrangianEngine
 from raco_bench.packs.run import train_pack
-from raco_bench.training.config import RunConfig
-from raco_bench.training.loop import execute, prepare_run
+from raco_bench.training.loop import execute
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
 
-def _runs(ds, specs, constraint="demographic-parity", draws="own", checkpoint="last"):
-    return [prepare_run(RunConfig(method=m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=5, checkpoint=checkpoint,
-                                  constraint=constraint, train_metrics=True, batch_draws=draws, device="cuda"), ds, source=SOURCE)
-            for m, p, g, T, seed in specs]
+def _runs(ds, specs, **kwargs):
+    return runs_on(ds, specs, eval_every=5, device="cuda", **kwargs)
 
 
 def _same_on_cuda(ds, specs, **kwargs) -> None:

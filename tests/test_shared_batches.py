@@ -13,7 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from test_packs import SOURCE, _assert_same, _three_classes
+from test_packs import _assert_same, _three_classes
+from test_packs import _runs as runs_in_packs
 
 from raco_bench.methods.lagrangian import engine as lagrangian
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, StepNoise
@@ -22,7 +23,7 @@ from raco_bench.packs.run import train_pack
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.training.config import RunConfig, batch_stream_id, stream_id
-from raco_bench.training.loop import execute, prepare_run
+from raco_bench.training.loop import execute
 
 # two seeds; seed 7 has three configurations at one batch size (one shared batch) and one at another; every other
 # setting differs, T included. Keep the settings of a group's members different (σ, s_L, C, τ, the dual rule): a bug that
@@ -38,8 +39,7 @@ SHARED = [
 
 
 def _runs(adult, specs, constraint="demographic-parity", draws="shared", method=None):
-    return [prepare_run(RunConfig(method=method or m, params=p, gamma=g, steps=T, seed=seed, epsilon=50.0, eval_every=5, constraint=constraint,
-                                  train_metrics=True, batch_draws=draws), adult, source=SOURCE) for m, p, g, T, seed in specs]
+    return runs_in_packs(adult, [(method or m, p, g, T, seed) for m, p, g, T, seed in specs], eval_every=5, constraint=constraint, draws=draws)
 
 
 @pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])

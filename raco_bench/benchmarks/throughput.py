@@ -108,31 +108,27 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     big = max(sizes)
     fixed = {"batch_size": 1024}
     step_cost = {}
+
+    def alone_ms(method: str) -> float:
+        return train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
+
+    def packed_ms(method: str, randomness: str = "secret") -> float:
+        """A configuration's mean step time in a pack of ``big`` (100 steps)."""
+        runs = _runs(ds, method, big, device, 10**6, cache, fixed, steps=100, randomness=randomness)
+        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(runs))
+
     for method in (DEFAULT_METHOD, timing_reference()):
-        def alone_ms() -> float:
-            return train_runs(_runs(ds, method, 1, device, 10**6, cache, fixed, steps=100))[0].timing["ms_per_step"]
-
-        def packed_ms() -> float:
-            return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
-
-        alone_ms(), packed_ms()  # warm-up runs, not counted
-        alone = statistics.median(alone_ms() for _ in range(REPEATS_ALONE))
-        packed = statistics.median(packed_ms() for _ in range(REPEATS_PACKED))
+        alone_ms(method), packed_ms(method)  # warm-up runs, not counted
+        alone = statistics.median(alone_ms(method) for _ in range(REPEATS_ALONE))
+        packed = statistics.median(packed_ms(method) for _ in range(REPEATS_PACKED))
         step_cost[method] = (alone, packed)
         progress.advance(f"{method}: {alone:.3f} ms alone, {packed:.4f} ms per configuration in a pack of {big}")
 
-    def in_pack(method: str) -> float:
-        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, method, big, device, 10**6, cache, fixed, steps=100)))
-
-    pairs = [in_pack(DEFAULT_METHOD) / in_pack(timing_reference()) for _ in range(PAIRS)]
+    pairs = [packed_ms(DEFAULT_METHOD) / packed_ms(timing_reference()) for _ in range(PAIRS)]
     progress.advance(f"{DEFAULT_METHOD} / {timing_reference()} in a pack of {big}, {PAIRS} alternating pairs: median {statistics.median(pairs):.3f}")
 
-    def reproducible_ms() -> float:
-        return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(_runs(ds, DEFAULT_METHOD, big, device, 10**6, cache, fixed, steps=100,
-                                                                                  randomness="reproducible")))
-
-    reproducible_ms()
-    step_cost["reproducible"] = (math.nan, statistics.median(reproducible_ms() for _ in range(REPEATS_PACKED)))
+    packed_ms(DEFAULT_METHOD, "reproducible")
+    step_cost["reproducible"] = (math.nan, statistics.median(packed_ms(DEFAULT_METHOD, "reproducible") for _ in range(REPEATS_PACKED)))
     return {"rows": rows, "step_cost": step_cost, "largest": big, "pair_ratios": pairs}
 
 

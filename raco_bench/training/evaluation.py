@@ -88,8 +88,9 @@ def class_counts(pred: torch.Tensor, cells: torch.Tensor, n_cells: int, n_classe
 
 
 def _binary_counts(positive: torch.Tensor, cells: torch.Tensor, n_cells: int) -> torch.Tensor:
-    """:func:`class_counts` of two classes from the 0/1 indicator ``positive`` = [pred = 1] (N × K, exact dtype): class 1
-    is one product, class 0 is the cell's size minus it (both exact integers)."""
+    """Two-class sums per cell, K × cells × 2 (float64), from each row's class-1 share ``positive`` (N × K): class 1 is
+    one product, class 0 the cell's size minus it. With the 0/1 indicator [pred = 1] in an exact dtype these are
+    :func:`class_counts` (exact integers); with the probability softmax(τz)₁, the soft histogram."""
     ones = _cell_sums(positive, cells, n_cells).double()  # cells × K
     sizes = torch.bincount(cells, minlength=n_cells).double()
     return torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)  # K × cells × 2
@@ -145,11 +146,7 @@ def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torc
     if not losses:
         return SplitCounts(counts, None, hard, None)
     zt = margin * taus
-    soft = None
-    if n_parts is not None:
-        ones = _cell_sums(torch.sigmoid(zt), split.parts, n_parts)  # P × K
-        sizes = torch.bincount(split.parts, minlength=n_parts).to(ones.dtype)
-        soft = torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)
+    soft = _binary_counts(torch.sigmoid(zt), split.parts, n_parts) if n_parts is not None else None
     sign = (1 - 2 * split.y).to(zt.dtype)
     loss_sums = _cell_sums(torch.nn.functional.softplus(zt.mul_(sign[:, None])), split.group, n_groups).T
     return SplitCounts(counts, loss_sums, hard, soft)

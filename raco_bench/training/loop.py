@@ -176,7 +176,10 @@ class RunRecorder:
         """Whether the evaluation at step ``t`` (``metrics`` per split, before :meth:`observe`) can end up reported: the last
         step, a private-selection checkpoint, or a new best of the papers' rule. Only these entries keep the loss metrics
         (:data:`~raco_bench.training.evaluation.LOSS_METRICS`), which a pack computes only for them."""
-        return t == self.T or t in self.select_at or self._improves(t, metrics)
+        return self._kept(t, self._improves(t, metrics))
+
+    def _kept(self, t: int, improves: bool) -> bool:
+        return improves or t == self.T or t in self.select_at
 
     def snapshot(self) -> dict:
         """What the recorder has recorded so far (a pack's checkpoint, :mod:`raco_bench.packs.checkpoint`)."""
@@ -194,9 +197,9 @@ class RunRecorder:
     def observe(self, t: int, params: dict, metrics: dict[str, dict], report: dict, val_logits: torch.Tensor | None) -> None:
         """Record the evaluation at step ``t``: ``metrics`` per split, the method's ``report``, the validation logits."""
         cfg = self.run.ctx.config
-        if not self.reportable(t, metrics):  # the same entries whether the metrics came from a pack or from a run alone
-            metrics = {name: {k: v for k, v in m.items() if k not in LOSS_METRICS} for name, m in metrics.items()}
         improves = self._improves(t, metrics)
+        if not self._kept(t, improves):  # not reportable: the same entries whether the metrics came from a pack or a run alone
+            metrics = {name: {k: v for k, v in m.items() if k not in LOSS_METRICS} for name, m in metrics.items()}
         if t in self.select_at and self.selector.observe(t, val_logits, self.run.evals["val"]):
             self.private_params = snapshot(params)
         entry: dict[str, Any] = {"step": t, "total": self.T, **metrics, **report}

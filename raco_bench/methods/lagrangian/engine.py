@@ -217,11 +217,30 @@ def _part_rows(constants: torch.Tensor, mask: torch.Tensor, data: PackData):
     return constants[c + 1 :, :, 0] * mask[:, 0] if data.few_parts else constants[c + 1].long()
 
 
+def _part_sums(values: torch.Tensor, part: torch.Tensor, mask: torch.Tensor, data: PackData, n_parts: int) -> torch.Tensor:
+    """Line 2's sums over a batch's rows per part of ``values`` (j × G × k × M, or G × 1 × M broadcast): G × k × P × j,
+    padding slots left out. With few parts, a product with the masked part one-hot: scatter_add's adds into two bins
+    per configuration form a serial chain that is 3× slower. Otherwise a scatter by part index."""
+    if data.few_parts:
+        return torch.einsum("jgki,pgi->gkpj", values, part)
+    j, G, k, M = values.shape
+    return values.new_zeros(j, G, k, n_parts).scatter_add_(3, part.expand(j, G, k, M), values * mask).permute(1, 2, 3, 0)
+
+
+def _per_row(per_part: torch.Tensor, part: torch.Tensor, data: PackData) -> torch.Tensor:
+    """Each batch row's entry of ``per_part`` (G × k × P × j, e.g. the part coefficients): j × G × k × M (padding rows
+    get weight zero later)."""
+    if data.few_parts:
+        return torch.einsum("gkpj,pgi->jgki", per_part, part)
+    G, k, _, j = per_part.shape
+    return torch.gather(per_part.permute(3, 0, 1, 2), 3, part.expand(j, G, k, part.shape[-1]))
+
+
 def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData, s: PackSettings,
               rates: CompiledRates | None, noise: StepNoise):
     """Lines 2–5 for any number of classes: the per-row gradient of the Lagrangian with respect to the tempered logits
     (c × G × k × M, before the factor τ), Γ̂ and the released histogram Ĥ (S × P × c; None without constraints)."""
-    c, (_, G, k, M) = data.n_classes, z.shape
+    c, (_, G, k, _) = data.n_classes, z.shape
     probs = softmax(z, dim=0)
     coef = estimates = H = None
     if rates is not None:
@@ -230,19 +249,10 @@ def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx,
         if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
             predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(3, 0, 1, 2).to(probs.dtype)
             hist_probs = torch.where(hard, predicted, probs)
-        # line 2: H. With few parts, a product with the (masked) part one-hot: scatter_add's adds into two bins per
-        # configuration form a serial chain that is 3× slower. Otherwise a scatter by part index.
-        part = _part_rows(constants, mask, data)
-        P = rates.n_parts
-        if data.few_parts:
-            H = torch.einsum("jgki,pgi->gkpj", hist_probs, part)
-        else:
-            H = probs.new_zeros(c, G, k, P).scatter_add_(3, part.expand(c, G, k, M), hist_probs * mask).permute(1, 2, 3, 0)
+        part, P = _part_rows(constants, mask, data), rates.n_parts
+        H = _part_sums(hist_probs, part, mask, data, P)  # line 2
         H, coef_parts, estimates = _release(H.reshape(G * k, P, c), idx, state, s, rates, noise)
-        coef_parts = coef_parts.view(G, k, P, c)
-        # each row's coefficients, c × G × k × M (padding rows get weight zero below)
-        coef = (torch.einsum("gkpj,pgi->jgki", coef_parts, part) if data.few_parts
-                else torch.gather(coef_parts.permute(3, 0, 1, 2), 3, part.expand(c, G, k, M)))
+        coef = _per_row(coef_parts.view(G, k, P, c), part, data)  # each row's coefficients, c × G × k × M
     residual = probs - constants[:c]
     if coef is not None:
         residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
@@ -259,7 +269,7 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
     class-1 column is the part's batch count minus its class-0 column. The hard dual update counts class 0 where
     p₀ ≥ ½: argmax of the probabilities picks the first of tied classes, and p₀ rounds to ½ for margins within about
     6e-8 of 0, so this is the single run's argmax, ties included."""
-    _, G, k, M = z.shape
+    _, G, k, _ = z.shape
     margin = z[0] - z[1]
     p0 = torch.sigmoid(margin)
     r0 = p0 - constants[0]
@@ -268,16 +278,13 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
         hard = s.hard[idx].view(G, k, 1)
         hist0 = torch.where(hard, (p0 >= 0.5).to(p0.dtype), p0) if bool(hard.any()) else p0
         part, P = _part_rows(constants, mask, data), rates.n_parts
-        if data.few_parts:  # line 2, as in _residual: a product with the part one-hot, or a scatter by part index
-            H0, sizes = torch.bmm(hist0, part.permute(1, 2, 0)), part.sum(2).T[:, None]  # G × k × P, G × 1 × P
-        else:
-            H0 = p0.new_zeros(G, k, P).scatter_add_(2, part.expand(G, k, M), hist0 * mask)
-            sizes = p0.new_zeros(G, 1, P).scatter_add_(2, part, mask)
-        H, coef_parts, estimates = _release(torch.stack([H0, sizes - H0], 3).view(G * k, P, 2), idx, state, s, rates, noise)
-        gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P)  # a₀ − a₁ per part
-        row_gap = torch.bmm(gap, part.transpose(0, 1)) if data.few_parts else torch.gather(gap, 2, part.expand(G, k, M))
+        H0, sizes = _part_sums(hist0[None], part, mask, data, P), _part_sums(mask[None], part, mask, data, P)  # line 2
+        H, coef_parts, estimates = _release(torch.cat([H0, sizes - H0], 3).view(G * k, P, 2), idx, state, s, rates, noise)
+        gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P, 1)  # a₀ − a₁ per part
+        row_gap = _per_row(gap, part, data)[0]
         r0 = torch.addcmul(r0, torch.addcmul(p0, p0, p0, value=-1.0), row_gap)  # + p₀(1 − p₀)(a₀ − a₁)
     return r0[None], estimates, H
+
 
 def pack_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
               budget: int | None = None) -> PackState:
