@@ -48,6 +48,14 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
                    help="auto (default): shared under the two-phase protocol, own under accounted tuning; shared: configurations with "
                         "the same seed draw their Poisson batches from one stream (each run's epsilon is unchanged; a pack computes "
                         "them as dense products, docs/packs.md); own: every run its own batches (independent runs)")
+    p.add_argument("--search", choices=["random", "tpe"],
+                   help="phase 1's configurations: random (default) draws them independently; tpe asks Optuna's TPE sampler (the papers' "
+                        "search: multivariate, seeded by --sample-seed) in rounds of --search-batch per (method, epsilon, gamma), told each "
+                        "configuration's mean validation accuracy with its constraint value against gamma as the constraint")
+    p.add_argument("--search-batch", type=int, help=f"tpe: configurations asked per (method, epsilon, gamma) and round (default: {b.search_batch})")
+    p.add_argument("--step-budget", choices=["noise", "steps", "either"],
+                   help="methods that take T from the accountant (raco-dp, dp-sgd): noise (default) searches the noise multiplier and "
+                        "calibrates T; steps searches T (log-uniform) and calibrates the noise multiplier; either searches the choice too")
     p.add_argument("--key-file", help="secret randomness: keep the sweep's key in this file (created, mode 0600, if absent) so that "
                                       "--resume continues with the same key; keep it outside the tracking store and results")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
@@ -83,7 +91,8 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "phase2_seeds": args.phase2_seeds, "max_steps": args.max_steps, "delta": args.delta, "sample_seed": args.sample_seed,
         "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
         "tuning": args.tuning, "tuning_mean": args.tuning_mean, "tuning_shape": args.tuning_shape, "tuning_repeats": args.tuning_repeats,
-        "randomness": args.randomness, "batch_draws": args.batch_draws,
+        "randomness": args.randomness, "batch_draws": args.batch_draws, "search": args.search, "search_batch": args.search_batch,
+        "step_budget": args.step_budget,
     }
     if args.tuning == "accounted" and args.checkpoint is None:
         overrides["checkpoint"] = "private"  # the search selects on the noisy validation scores each run releases

@@ -88,6 +88,9 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
     return t
 
 
+Baseline = Callable[[float], "float | None"]  # γ -> the failure bar's accuracy (None: only divergence counts as failure)
+
+
 def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None]]:
     plugin = get_method(method)
     eps = list(spec.epsilons) if plugin.private else [None]
@@ -104,6 +107,54 @@ def phase1_trials(spec: SweepSpec, n_train: int) -> list[Trial]:
                 for seed in range(spec.phase1_seeds):
                     trials.append(make_trial(spec, 1, method, epsilon, gamma, config_id, params, seed))
     return trials
+
+
+def cells(spec: SweepSpec) -> list[tuple[str, float | None, float | None]]:
+    """Every (method, ε, trained γ) that phase 1 searches on its own (γ None: a γ-free method, selected for every γ)."""
+    return [(method, e, g) for method in spec.methods for e, g in _grid(spec, method)]
+
+
+def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]], train: Callable[[list[Trial]], None],
+               baseline: Baseline | None = None) -> list[Trial]:
+    """Phase 1 under ``--search tpe`` (:mod:`raco_bench.sweeps.tpe`): round r asks configurations r·b … (r+1)·b − 1 of every
+    cell (b = ``search_batch``; configuration 0, the defaults, is trained but not told), then calls ``train`` with every trial so
+    far (which trains what is not recorded yet) before the next round reads ``recorded()``. Returns every phase-1 trial.
+    A round's proposals depend only on the recorded results of the earlier rounds, so ``--resume`` replays them."""
+    from raco_bench.sweeps.tpe import CellSearch, Outcome, cell_seed
+
+    searches = {}
+    for method, epsilon, gamma in cells(spec):
+        space = get_method(method).search_space(n_train)
+        searches[(method, epsilon, gamma)] = CellSearch(space, gamma, cell_seed(spec.sample_seed, method, epsilon, gamma))
+    defaults = {m: sample_configs(get_method(m), 1, n_train, spec.sample_seed)[0] for m in spec.methods}
+    lenient = min(spec.gammas)  # a γ-free method's failure bar: the lowest over the γ it serves
+    trials: list[Trial] = []
+    for lo in range(0, spec.n_configs, spec.search_batch):
+        hi = min(lo + spec.search_batch, spec.n_configs)
+        rows = recorded() if lo else []
+        for (method, epsilon, gamma), search in searches.items():
+            by_config: dict[int, list[dict]] = {}
+            for r in rows:
+                if r["method"] == method and r["epsilon"] == epsilon and r["gamma"] == gamma and 0 < r["config_id"] < lo:
+                    by_config.setdefault(r["config_id"], []).append(r)
+            bar = baseline(gamma if gamma is not None else lenient) if baseline is not None else None
+            outcomes = [Outcome(rs[0]["params"], _mean([r["val_accuracy"] for r in rs]), _mean([r["val_max_constraint"] for r in rs]),
+                                any(failed_seed(r, bar) for r in rs)) for _, rs in sorted(by_config.items())]
+            proposals = search.propose(outcomes, hi - max(lo, 1))
+            configs = ([defaults[method]] if lo == 0 else []) + proposals
+            for config_id, params in enumerate(configs, start=lo):
+                trials += [make_trial(spec, 1, method, epsilon, gamma, config_id, params, seed) for seed in range(spec.phase1_seeds)]
+        train(trials)
+    return trials
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def planned_phase1(spec: SweepSpec) -> int:
+    """Phase 1's trial count, known before a TPE search has asked for its configurations."""
+    return len(cells(spec)) * spec.n_configs * spec.phase1_seeds
 
 
 @dataclass(frozen=True)
@@ -124,7 +175,6 @@ class Selection:
 
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
 
-Baseline = Callable[[float], "float | None"]  # γ -> the failure bar's accuracy (None: only divergence counts as failure)
 
 
 def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:

@@ -44,7 +44,9 @@ from raco_bench.sweeps.plan import (
     pack_memory_fit,
     phase1_trials,
     phase2_trials,
+    planned_phase1,
     select,
+    tpe_phase1,
 )
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.results import read_results
@@ -118,7 +120,7 @@ def not_recorded(trials: list[Trial], uri: str, experiment_id: str, spec: SweepS
 
 
 def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None,
-              shape: DataShape | None = None) -> None:
+              shape: DataShape | None = None, planned: int | None = None) -> None:
     """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
     recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
     that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
@@ -127,7 +129,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, 
         return
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
     tracking.set_status(uri, parent, "RUNNING")
-    tracking.set_tags(uri, parent, {PLANNED: str(len(trials))})  # what `raco-bench sweeps` counts against
+    tracking.set_tags(uri, parent, {PLANNED: str(planned or len(trials))})  # what `raco-bench sweeps` counts against (a TPE phase: all rounds)
     try:
         _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key, shape)
     except PhaseIncomplete as exc:
@@ -293,13 +295,14 @@ LARGE_SWEEP = 500  # phase-1 trials above which a terminal user is asked to conf
 CONFIGS_PER_CPU_MINUTE = 60.0  # a rough planning rate with packs on a CPU (`raco-bench bench throughput`: 3,657 Adult configurations/hour)
 
 
-def confirm(spec: SweepSpec, trials: list[Trial], args, cpus: float) -> None:
+def confirm(spec: SweepSpec, n_trials: int, args, cpus: float) -> None:
     """State the size of phase 1 and a rough time; ask before a large sweep when a person is at a terminal."""
-    minutes = len(trials) / (CONFIGS_PER_CPU_MINUTE * max(cpus, 1.0))
+    minutes = n_trials / (CONFIGS_PER_CPU_MINUTE * max(cpus, 1.0))
     after = "then each search's release (no phase 2)" if spec.tuning == "accounted" else "then phase 2"
-    print(f"[sweep] phase 1 has {len(trials)} configurations ({len(spec.methods)} methods); at a rough {CONFIGS_PER_CPU_MINUTE:g} per CPU-minute "
+    search = f" asked by TPE in rounds of {spec.search_batch} per (method, epsilon, gamma)" if spec.search == "tpe" else ""
+    print(f"[sweep] phase 1 has {n_trials} configurations{search} ({len(spec.methods)} methods); at a rough {CONFIGS_PER_CPU_MINUTE:g} per CPU-minute "
           f"on {cpus:g} CPUs that is about {minutes:.0f} min, {after}", flush=True)
-    if len(trials) > LARGE_SWEEP and not args.yes and sys.stdin.isatty():
+    if n_trials > LARGE_SWEEP and not args.yes and sys.stdin.isatty():
         if input("[sweep] start it? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ValueError("sweep not started; shrink it with --n-configs / --epsilons / --gammas, or pass --yes")
 
@@ -359,15 +362,11 @@ def run_sweep(spec: SweepSpec, args) -> dict:
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
-    trials1 = phase1_trials(spec, len(ds.train))
-    confirm(spec, trials1, args, ray.cluster_resources().get("CPU", 1.0))
-    cal = calibrate(spec, trials1, len(ds.train))
-    print(f"[sweep] phase 1: {len(trials1)} trials; privacy calibrations: {cal['distinct']} distinct, "
-          f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
-    run_phase(spec, 1, trials1, args, uri, experiment_id, storage, key, DataShape.of(ds))
-    results1 = phase_results(uri, experiment_id, spec, 1)
     positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
-    selections = select(spec, results1, lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma))
+    baseline = lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma)  # noqa: E731
+    trials1 = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
+    results1 = phase_results(uri, experiment_id, spec, 1)
+    selections = select(spec, results1, baseline)
     started = time.perf_counter()
     created = log_configuration_runs(uri, experiment_id, spec, parent1, results1, selections, args.config_runs_limit, dataset_record(ds))
     print(f"[sweep] phase 1: {created} configuration runs created in MLflow in {time.perf_counter() - started:.1f}s", flush=True)
@@ -394,6 +393,31 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
                                                 "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
+
+
+def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, key: bytes | None, shape: DataShape,
+                 baseline) -> list[Trial]:
+    """Phase 1 of the two-phase protocol: every configuration of a random search planned at once, or a TPE search asked in
+    rounds (:func:`raco_bench.sweeps.plan.tpe_phase1`); calibrated, then trained until every one is recorded."""
+    import ray
+
+    planned = planned_phase1(spec)
+    confirm(spec, planned, args, ray.cluster_resources().get("CPU", 1.0))
+    calibrated: set[str] = set()
+
+    def train(trials: list[Trial]) -> None:
+        new = [t for t in trials if t["trial_key"] not in calibrated]
+        cal = calibrate(spec, new, n_train)
+        calibrated.update(t["trial_key"] for t in new)
+        print(f"[sweep] phase 1: {len(trials)}/{planned} trials planned; privacy calibrations: {cal['distinct']} distinct, "
+              f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
+        run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape, planned=planned)
+
+    if spec.search == "tpe":
+        return tpe_phase1(spec, n_train, lambda: phase_results(uri, experiment_id, spec, 1), train, baseline)
+    trials = phase1_trials(spec, n_train)
+    train(trials)
+    return trials
 
 
 PROVENANCE_TAGS = ("raco_bench.command", "raco_bench.hardware", "raco_bench.version")
@@ -450,7 +474,7 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
                   f"the reference run (defaults) takes {ref.knob or 'its fixed run'}{'=%g' % ref.value if ref.value is not None else ''}; "
                   f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
                   f"(delta {spec.delta:g}), tuning included", flush=True)
-    confirm(spec, trials, args, ray.cluster_resources().get("CPU", 1.0))
+    confirm(spec, len(trials), args, ray.cluster_resources().get("CPU", 1.0))
     run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
     results = phase_results(uri, experiment_id, spec, 1)
     releases = select_released(spec, results)

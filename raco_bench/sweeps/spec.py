@@ -11,6 +11,9 @@ from raco_bench.training.config import RunConfig
 
 RUN = RunConfig()  # the run defaults a sweep shares: written once, in RunConfig
 TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers) | accounted tuning (docs/sweeps.md)
+SEARCHES = ("random", "tpe")  # phase 1's configurations: random draws | Optuna's TPE, asked in rounds (docs/sweeps.md, "Search")
+STEP_BUDGETS = ("noise", "steps", "either")  # σ searched, T from the accountant | T searched, σ calibrated | both (docs/sweeps.md)
+NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise"}  # at these values a sweep keeps its id from before them
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class SweepSpec:
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
     randomness: str = RUN.randomness  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
     batch_draws: str = "auto"  # auto: shared batches per seed, own under accounted tuning | own | shared (docs/packs.md, "Shared batches")
+    search: str = "random"  # random: independent draws | tpe: Optuna's TPE (the papers' search), asked in rounds of search_batch
+    search_batch: int = 25  # tpe: configurations asked per (method, ε, γ) and round (a round trains them all before the next ask)
+    step_budget: str = "noise"  # noise: σ searched, T from the accountant | steps: T searched, σ calibrated | either: a searched choice
 
     @property
     def draws(self) -> str:
@@ -93,6 +99,15 @@ class SweepSpec:
 
         if self.batch_draws not in ("auto", *BATCH_DRAWS):
             raise ValueError(f"invalid batch_draws={self.batch_draws!r}: choose one of {('auto', *BATCH_DRAWS)}")
+        if self.search not in SEARCHES:
+            raise ValueError(f"invalid search={self.search!r}: choose one of {SEARCHES}")
+        if self.search_batch < 1:
+            raise ValueError(f"search_batch must be >= 1, got {self.search_batch}")
+        if self.step_budget not in STEP_BUDGETS:
+            raise ValueError(f"invalid step_budget={self.step_budget!r}: choose one of {STEP_BUDGETS}")
+        if self.tuning == "accounted" and self.search != "random":
+            raise ValueError("accounted tuning's guarantee (Theorem 2) needs K independent runs of one fixed random search, and TPE chooses "
+                             "each configuration from the results of the earlier ones: use --search random (the default) with --tuning accounted")
         if self.tuning == "accounted":
             if self.checkpoint != "private":
                 raise ValueError(f"accounted tuning selects on noisy validation scores that each run releases inside its budget: "
@@ -113,6 +128,9 @@ class SweepSpec:
         fields = asdict(self)
         if self.tuning == "not-accounted":  # sweeps from before accounted tuning keep their ids (and can be resumed)
             for k in ("tuning", "tuning_mean", "tuning_shape", "tuning_repeats"):
+                fields.pop(k)
+        for k, default in NEW_FIELDS.items():  # nor do sweeps from before the TPE search and the step-budget parametrisation
+            if fields[k] == default:
                 fields.pop(k)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
