@@ -341,12 +341,18 @@ def test_the_overlap_check_finds_colliding_text_and_passes_separate_text():
 
 
 def test_method_colours_stay_distinct_for_colour_blind_readers():
-    """The 8 methods' colours differ pairwise by ΔE ≥ 10 (CIELAB) under normal vision and under simulated deuteranopia
-    and protanopia (Viénot et al. 1999), and every method has its own marker."""
+    """The methods' colours differ pairwise by ΔE ≥ 10 (CIELAB) under normal vision and under simulated deuteranopia
+    and protanopia (Viénot et al. 1999), and every method has its own marker; a variant of a method (the same method
+    under another privacy notion) shares its colour."""
     from raco_bench.methods import registry
 
-    styles = {name: cls.style for name, cls in registry().items() if cls.style}
-    assert len(styles) == 8 and len({m for _, m in styles.values()}) == 8
+    classes = registry()
+    assert len({cls.style[1] for cls in classes.values()}) == len(classes)
+    for cls in classes.values():
+        if cls.variant_of is not None:
+            assert cls.style[0] == classes[cls.variant_of].style[0]
+    styles = {name: cls.style for name, cls in classes.items() if cls.variant_of is None}
+    assert len(styles) == 8
 
     def lab(rgb: np.ndarray) -> np.ndarray:
         xyz = rgb @ np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]).T / np.array([0.9505, 1.0, 1.089])

@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "raco-dp": "raco_bench.methods.lagrangian.plugin:RacoDP",
     "sgda": "raco_bench.methods.lagrangian.plugin:SGDA",
     "dp-fermi": "baselines.dp_fermi.plugin:DPFermi",
+    "dp-fermi-a-only": "baselines.dp_fermi.plugin:DPFermiAttributeOnly",
     "dp-sgd": "raco_bench.methods.lagrangian.plugin:DPSGD",
     "sgd": "raco_bench.methods.lagrangian.plugin:SGD",
     "pf-ld": "baselines.pf_ld.plugin:PFLD",

@@ -131,6 +131,7 @@ class Method(ABC):
     learning_rate_keys: ClassVar[tuple[str, ...]] = ("lr",)
     timing_reference: ClassVar[bool] = False  # the method other step times are divided by
     style: ClassVar[tuple[str, str]] = ("#56B4E9", "P")  # (colour, marker) in every figure
+    variant_of: ClassVar[str | None] = None  # another method's name when this one is it under another setting (shares its colour)
     doc: ClassVar[str] = ""  # its page in docs/methods/
     final_only: ClassVar[bool] = False  # True: only the last step yields the method's model (the only checkpoint a rule may pick)
     pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
