@@ -43,9 +43,10 @@ def sample_value(domain: Any, rng: np.random.Generator) -> Any:
     return value
 
 
-def sample_configs(method, n: int, n_train: int, seed: int) -> list[dict]:
-    """``n`` configurations of ``method`` (a :class:`~raco_bench.methods.base.Method`); config 0 is its defaults."""
-    space = method.search_space(n_train)
+def sample_configs(method, n: int, n_train: int, seed: int, step_budget: str = "noise", max_steps: int = 5000) -> list[dict]:
+    """``n`` configurations of ``method`` (a :class:`~raco_bench.methods.base.Method`) from its space under the sweep's
+    ``step_budget`` (:meth:`~raco_bench.methods.base.Method.sweep_space`); config 0 is its defaults."""
+    space = method.sweep_space(n_train, step_budget, max_steps)
     rng = np.random.default_rng(np.random.SeedSequence([seed, sum(map(ord, method.name))]))
     batch = getattr(method.Hyper(), "batch_size", None)  # full-batch methods have none
     default = {"batch_size": min(batch, max(1, n_train // 4))} if batch is not None else {}

@@ -15,11 +15,12 @@ discarded, recomputed and overwritten, with a warning.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import ClassVar
@@ -204,6 +205,45 @@ class StepsProblem(CalibrationProblem):
         if value < 0 or value != int(value):
             return False
         return value == 0 or epsilon(self.mechanism, int(value), self.delta, self.selection) <= self.target_epsilon
+
+
+NO_NOISE_SUFFICES = math.inf  # a StepNoiseProblem's value when no Gaussian noise meets the budget (the Laplace part alone spends it)
+NOISE_LIMIT = 1e4  # the largest noise multiplier a StepNoiseProblem tries
+
+
+@dataclass(frozen=True)
+class StepNoiseProblem(CalibrationProblem):
+    """The smallest Gaussian noise multiplier σ with which ``steps`` steps of ``mechanism`` (its own σ ignored; its
+    sampling rate and Laplace scale kept) fit the budget: the step budget searched, σ calibrated (docs/sweeps.md,
+    "Step budget"). ``NO_NOISE_SUFFICES`` when even σ = NOISE_LIMIT does not."""
+
+    knob: ClassVar[Knob] = NOISE
+
+    mechanism: StepMechanism
+    steps: int
+    target_epsilon: float
+    delta: float
+    selection: SelectionRelease | None = None
+
+    def spent(self, sigma: float) -> float:
+        return epsilon(replace(self.mechanism, noise_multiplier=float(sigma)), self.steps, self.delta, self.selection)
+
+    def key(self) -> str:
+        payload = {"kind": "step_noise", "mechanism": {**asdict(self.mechanism), "noise_multiplier": None}, "steps": int(self.steps),
+                   "target_epsilon": float(self.target_epsilon), "delta": float(self.delta)}
+        if self.selection is not None:
+            payload["selection"] = asdict(self.selection)
+        return CalibrationCache._versioned(payload)
+
+    def solve(self) -> float:
+        if self.spent(NOISE_LIMIT) > self.target_epsilon:
+            return NO_NOISE_SUFFICES
+        return smallest_noise_within(self.spent, self.target_epsilon, NOISE_LIMIT, "unreachable: checked at the limit")
+
+    def within_budget(self, value: float) -> bool:
+        if value == NO_NOISE_SUFFICES:
+            return self.spent(NOISE_LIMIT) > self.target_epsilon
+        return value > 0 and self.spent(value) <= self.target_epsilon
 
 
 @dataclass(frozen=True)

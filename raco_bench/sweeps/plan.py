@@ -101,7 +101,7 @@ def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None
 def phase1_trials(spec: SweepSpec, n_train: int) -> list[Trial]:
     trials = []
     for method in spec.methods:
-        configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.sample_seed)
+        configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.sample_seed, spec.step_budget, spec.max_steps)
         for epsilon, gamma in _grid(spec, method):
             for config_id, params in enumerate(configs):
                 for seed in range(spec.phase1_seeds):
@@ -124,7 +124,7 @@ def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]]
 
     searches = {}
     for method, epsilon, gamma in cells(spec):
-        space = get_method(method).search_space(n_train)
+        space = get_method(method).sweep_space(n_train, spec.step_budget, spec.max_steps)
         searches[(method, epsilon, gamma)] = CellSearch(space, gamma, cell_seed(spec.sample_seed, method, epsilon, gamma))
     defaults = {m: sample_configs(get_method(m), 1, n_train, spec.sample_seed)[0] for m in spec.methods}
     lenient = min(spec.gammas)  # a γ-free method's failure bar: the lowest over the γ it serves

@@ -108,6 +108,9 @@ class SweepSpec:
         if self.tuning == "accounted" and self.search != "random":
             raise ValueError("accounted tuning's guarantee (Theorem 2) needs K independent runs of one fixed random search, and TPE chooses "
                              "each configuration from the results of the earlier ones: use --search random (the default) with --tuning accounted")
+        if self.tuning == "accounted" and self.step_budget != "noise":
+            raise ValueError("accounted tuning calibrates its reference run's T from the budget (docs/sweeps.md, \"Accounted tuning\"): "
+                             "use --step-budget noise with --tuning accounted")
         if self.tuning == "accounted":
             if self.checkpoint != "private":
                 raise ValueError(f"accounted tuning selects on noisy validation scores that each run releases inside its budget: "

@@ -31,11 +31,13 @@ from raco_bench.methods.lagrangian.step import StepSettings, TrainState, lagrang
 from raco_bench.models import build_model
 from raco_bench.privacy import events
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon, smallest_noise_within
-from raco_bench.privacy.calibration import StepsProblem
+from raco_bench.privacy.calibration import NO_NOISE_SUFFICES, StepNoiseProblem, StepsProblem
 from raco_bench.privacy.counter_rng import Stream
 from raco_bench.training.tensors import TrainData
 
 DUAL_UPDATES = ("soft", "hard")
+STEP_BUDGETS = ("noise", "steps")
+SEARCHED_STEPS = (50, None)  # step_budget=steps: T searched log-uniformly from 50 (fewer rarely trains) to the sweep's cap
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class SGDAHyper:
     model: str = "logistic"  # logistic | mlp
     hidden: int = 64  # MLP width
     default_steps: int = 2000  # T of non-private members when the run sets no steps
+    step_budget: str = "noise"  # private members: noise = σ as set, T from the accountant | steps = T = train_steps, σ calibrated
+    train_steps: int = 1000  # step_budget=steps: T (capped by the run's max_steps); σ is the smallest that fits the budget
 
     def validate(self) -> None:
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
@@ -75,6 +79,11 @@ class SGDAHyper:
             raise ValueError(f"invalid model={self.model!r}: choose 'logistic' or 'mlp'")
         if self.hidden < 1 or self.default_steps < 1:
             raise ValueError("hidden and default_steps must be >= 1")
+        if self.step_budget not in STEP_BUDGETS:
+            raise ValueError(f"invalid step_budget={self.step_budget!r}: choose one of {STEP_BUDGETS} (noise: T from the accountant; "
+                             "steps: T = train_steps, noise calibrated)")
+        if not isinstance(self.train_steps, int) or isinstance(self.train_steps, bool) or self.train_steps < 1:
+            raise ValueError(f"invalid train_steps={self.train_steps!r}: T must be a positive integer")
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,23 @@ class LagrangianSGDA(Method):
             space.update(laplace_scale=tune.uniform(1.0, 20.0))
         return space
 
+    def sweep_space(self, n_train: int, step_budget: str, max_steps: int) -> dict:
+        """:meth:`search_space` under a sweep's step budget (docs/sweeps.md, "Step budget"): ``steps`` searches T
+        log-uniformly over [50, max_steps] and calibrates σ; ``either`` searches that choice too."""
+        space = self.search_space(n_train)
+        if not self.private or step_budget == "noise":
+            return space
+        from ray import tune
+
+        low = min(SEARCHED_STEPS[0], max_steps)
+        space["train_steps"] = tune.lograndint(low, max_steps + 1) if max_steps > low else low
+        if step_budget == "steps":
+            space.pop("noise_multiplier")
+            space["step_budget"] = "steps"
+        else:
+            space["step_budget"] = tune.choice(["noise", "steps"])
+        return space
+
     def applicable(self, hyper: SGDAHyper) -> dict:
         drop = set()
         if not self.private:
@@ -118,7 +144,9 @@ class LagrangianSGDA(Method):
         if not self.constrained:
             drop |= set(DUAL_FIELDS) | set(HISTOGRAM_FIELDS)
         if self.private:
-            drop.add("default_steps")  # T is calibrated from the budget
+            drop.add("default_steps")  # T is calibrated from the budget, or searched (train_steps)
+        if not self.private or hyper.step_budget == "noise":
+            drop |= {"step_budget", "train_steps"}
         if hyper.model != "mlp":
             drop.add("hidden")
         return {k: v for k, v in dataclasses.asdict(hyper).items() if k not in drop}
@@ -140,12 +168,27 @@ class LagrangianSGDA(Method):
             histogram_batch=h.histogram_batch,
         )
 
-    def calibration(self, hyper: SGDAHyper, n_train: int, budget: Budget) -> StepsProblem | None:
-        """T for the budget (private members whose run does not fix T)."""
+    def calibration(self, hyper: SGDAHyper, n_train: int, budget: Budget) -> StepsProblem | StepNoiseProblem | None:
+        """T for the budget (private members, step_budget=noise), or σ for T = train_steps (step_budget=steps)."""
         mech = self.step_mechanism(hyper, n_train)
         if mech is None:
             return None
+        if hyper.step_budget == "steps":
+            return StepNoiseProblem(mech, min(hyper.train_steps, budget.max_steps), budget.epsilon, budget.delta, budget.selection)
         return StepsProblem(mech, budget.epsilon, budget.delta, budget.max_steps, budget.selection)
+
+    def resolved(self, hyper: SGDAHyper, n_train: int, budget: Budget, cache=None) -> SGDAHyper:
+        """``hyper`` with its calibrated σ where the step budget is searched (unchanged otherwise); ValueError when no σ fits."""
+        if not self.private or hyper.step_budget != "steps":
+            return hyper
+        from raco_bench.privacy.calibration import CalibrationCache
+
+        problem = self.calibration(hyper, n_train, budget)
+        sigma = (cache or CalibrationCache()).solve(problem)
+        if sigma == NO_NOISE_SUFFICES:
+            raise ValueError(f"no noise multiplier lets T={problem.steps} steps fit epsilon={budget.epsilon} with laplace_scale={hyper.laplace_scale}: "
+                             "the Laplace histogram alone spends the budget; lower train_steps or raise laplace_scale")
+        return dataclasses.replace(hyper, noise_multiplier=sigma)
 
     def privacy_event(self, hyper: SGDAHyper, n_train: int, budget: Budget):
         """T steps of the step's event (Poisson-sampled Gaussian; RaCO-DP's shared-batch Gaussian + Laplace), then the
@@ -155,18 +198,29 @@ class LagrangianSGDA(Method):
             return None
         if budget.steps is None:
             raise ValueError(f"method {self.name}: the privacy event needs T (budget.steps); calibrate it first")
+        mech = self.step_mechanism(self.resolved(hyper, n_train, budget), n_train)
         return events.compose(SelfComposedDpEvent(events.step_event(mech), int(budget.steps)), events.selection_event(budget.selection))
 
-    def calibrated(self, problem: StepsProblem, value: float) -> dict:
+    def calibrated(self, problem: StepsProblem | StepNoiseProblem, value: float) -> dict:
+        if isinstance(problem, StepNoiseProblem):
+            if value == NO_NOISE_SUFFICES:
+                return {"skip": f"no noise multiplier lets T={problem.steps} steps fit the budget: the Laplace histogram alone spends it"}
+            return {"steps": problem.steps, "params": {"noise_multiplier": value}}
         if int(value) == 0:
             return {"skip": "the privacy budget does not allow a single step with this configuration"}
         return {"steps": int(value)}
 
     def prepare(self, ctx: Context) -> None:
+        if self.private and ctx.hyper.step_budget == "steps":  # σ calibrated for T = train_steps, then T checked as a fixed T is
+            ctx.hyper = self.resolved(ctx.hyper, ctx.n_train, ctx.budget, ctx.cache)
+            run = ctx.config
+            problem = StepsProblem(self.step_mechanism(ctx.hyper, ctx.n_train), run.epsilon, run.delta, run.max_steps, run.selection)
+            ctx.steps = plan_steps(ctx, problem, ctx.hyper.default_steps) if run.steps is not None else min(ctx.hyper.train_steps, run.max_steps)
+        else:
+            problem = self.calibration(ctx.hyper, ctx.n_train, ctx.budget)
+            ctx.steps = plan_steps(ctx, problem, ctx.hyper.default_steps)
         h = ctx.hyper
         q = check_batch(ctx, h.batch_size)
-        problem = self.calibration(h, ctx.n_train, ctx.budget)
-        ctx.steps = plan_steps(ctx, problem, h.default_steps)
         ctx.plan = SGDAPlan(
             model=build_model(h.model, ctx.dataset.n_features, ctx.dataset.n_classes, h.hidden),
             data=train_tensors(ctx, self.constrained),

@@ -1,0 +1,78 @@
+"""The second parametrisation of the step budget (``--step-budget steps|either``): T searched, σ calibrated to spend ε.
+
+The calibrated σ is the smallest that fits (a little less overspends), a configuration whose Laplace histogram alone
+spends the budget is skipped with its reason, and a run trains exactly T steps with that σ, its privacy plan and its
+privacy event agreeing with the budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raco_bench.data import load_dataset
+from raco_bench.methods import get_method
+from raco_bench.methods.base import Budget
+from raco_bench.methods.space import sample_configs
+from raco_bench.privacy.accounting import StepMechanism, epsilon
+from raco_bench.privacy.calibration import NO_NOISE_SUFFICES, CalibrationCache, StepNoiseProblem
+from raco_bench.sweeps import SweepSpec
+from raco_bench.sweeps.plan import phase1_trials
+from raco_bench.training.config import RunConfig
+from raco_bench.training.loop import execute, prepare_run
+
+
+def test_the_calibrated_noise_is_the_smallest_that_fits():
+    mech = StepMechanism(sampling_rate=0.05, noise_multiplier=1.0, laplace_scale=8.0, histogram_batch="shared")
+    problem = StepNoiseProblem(mech, steps=400, target_epsilon=1.0, delta=1e-5)
+    sigma = problem.solve()
+    spent = epsilon(dataclasses.replace(mech, noise_multiplier=sigma), 400, 1e-5)
+    assert spent <= 1.0 and problem.within_budget(sigma)
+    assert epsilon(dataclasses.replace(mech, noise_multiplier=sigma * 0.99), 400, 1e-5) > 1.0  # a little less noise overspends
+    assert not problem.within_budget(sigma * 0.99)
+    # more steps need more noise; the mechanism's own σ is ignored (it is what is calibrated)
+    assert StepNoiseProblem(mech, 1600, 1.0, 1e-5).solve() > sigma
+    assert problem.key() == StepNoiseProblem(dataclasses.replace(mech, noise_multiplier=7.0), 400, 1.0, 1e-5).key()
+    # a Laplace histogram that alone spends the budget: no σ suffices, and the configuration is skipped with the reason
+    loud = StepNoiseProblem(dataclasses.replace(mech, laplace_scale=0.5, sampling_rate=0.5), 5000, 0.5, 1e-5)
+    assert loud.solve() == NO_NOISE_SUFFICES and loud.within_budget(NO_NOISE_SUFFICES)
+    assert "Laplace histogram alone" in get_method("raco-dp").calibrated(loud, NO_NOISE_SUFFICES)["skip"]
+    assert not problem.within_budget(NO_NOISE_SUFFICES)  # a tampered cache entry cannot skip a feasible configuration
+
+
+@pytest.mark.parametrize("name", ["raco-dp", "dp-sgd"])
+def test_a_run_trains_the_searched_steps_with_the_calibrated_noise(name):
+    ds = load_dataset("synthetic")
+    params = {"batch_size": 128, "step_budget": "steps", "train_steps": 150, "laplace_scale": 10.0}
+    cfg = RunConfig(dataset="synthetic", method=name, epsilon=1.0, max_steps=5000, eval_every=50, params=params)
+    run = prepare_run(cfg, ds)
+    method, ctx = get_method(name), run.ctx
+    assert ctx.steps == 150
+    sigma = ctx.hyper.noise_multiplier
+    hyper = method.hyperparameters(params if name == "raco-dp" else {k: v for k, v in params.items() if k != "laplace_scale"})
+    problem = method.calibration(hyper, len(ds.train), Budget(1.0, cfg.delta, 5000))
+    assert isinstance(problem, StepNoiseProblem) and sigma == CalibrationCache().solve(problem)
+    assert ctx.plan.settings.noise_std == pytest.approx(sigma * ctx.hyper.clip_norm)
+    assert 0.99 <= ctx.privacy["epsilon_spent"] <= 1.0  # the budget is spent, not a twentieth of it
+    event_budget = Budget(1.0, cfg.delta, 5000, steps=150)
+    from raco_bench.privacy import events
+
+    spent = events.epsilon(method.privacy_event(hyper, len(ds.train), event_budget), cfg.delta)
+    assert 0.99 <= spent <= 1.0 + 1e-9  # the event (audits, accounted views) uses the calibrated σ too
+    assert execute(run).steps == 150
+    with pytest.raises(ValueError, match="step_budget"):
+        method.hyperparameters({"step_budget": "both"})
+
+
+def test_sweeps_search_the_steps_only_where_the_method_takes_t_from_the_accountant():
+    spec = SweepSpec(dataset="adult", epsilons=(1.0,), gammas=(0.05,), methods=("raco-dp", "dp-fermi", "sgda"), n_configs=20, phase1_seeds=1,
+                     step_budget="either", max_steps=3000)
+    trials = phase1_trials(spec, 28829)
+    raco = [t["params"] for t in trials if t["method"] == "raco-dp" and t["config_id"] > 0]
+    assert {p["step_budget"] for p in raco} == {"noise", "steps"} and all(50 <= p["train_steps"] <= 3000 for p in raco)
+    assert all("step_budget" not in t["params"] for t in trials if t["method"] != "raco-dp")  # σ of dp-fermi is calibrated already
+    steps_only = sample_configs(get_method("raco-dp"), 10, 28829, 0, "steps", 3000)[1:]
+    assert all(p["step_budget"] == "steps" and "noise_multiplier" not in p for p in steps_only)
+    assert sample_configs(get_method("raco-dp"), 10, 28829, 0) == sample_configs(get_method("raco-dp"), 10, 28829, 0, "noise", 3000)
+    with pytest.raises(ValueError, match="step-budget noise"):
+        SweepSpec(dataset="adult", tuning="accounted", checkpoint="private", step_budget="steps")
