@@ -117,8 +117,8 @@ def cells(spec: SweepSpec) -> list[tuple[str, float | None, float | None]]:
 def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]], train: Callable[[list[Trial]], None],
                baseline: Baseline | None = None) -> list[Trial]:
     """Phase 1 under ``--search tpe`` (:mod:`raco_bench.sweeps.tpe`): round r asks configurations r·b … (r+1)·b − 1 of every
-    cell (b = ``search_batch``; configuration 0, the defaults, is trained but not told), then calls ``train`` with every trial so
-    far (which trains what is not recorded yet) before the next round reads ``recorded()``. Returns every phase-1 trial.
+    cell (b = ``search_batch``; configuration 0, the defaults, is trained but not told), then calls ``train`` with the round's
+    trials (it trains those not recorded yet, in packs sized for the round) before the next round reads ``recorded()``. Returns every phase-1 trial.
     A round's proposals depend only on the recorded results of the earlier rounds, so ``--resume`` replays them."""
     from raco_bench.sweeps.tpe import CellSearch, Outcome, cell_seed
 
@@ -130,6 +130,7 @@ def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]]
     lenient = min(spec.gammas)  # a γ-free method's failure bar: the lowest over the γ it serves
     trials: list[Trial] = []
     for lo in range(0, spec.n_configs, spec.search_batch):
+        first = len(trials)
         hi = min(lo + spec.search_batch, spec.n_configs)
         rows = recorded() if lo else []
         for (method, epsilon, gamma), search in searches.items():
@@ -144,7 +145,7 @@ def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]]
             configs = ([defaults[method]] if lo == 0 else []) + proposals
             for config_id, params in enumerate(configs, start=lo):
                 trials += [make_trial(spec, 1, method, epsilon, gamma, config_id, params, seed) for seed in range(spec.phase1_seeds)]
-        train(trials)
+        train(trials[first:])
     return trials
 
 

@@ -403,13 +403,12 @@ def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: s
 
     planned = planned_phase1(spec)
     confirm(spec, planned, args, ray.cluster_resources().get("CPU", 1.0))
-    calibrated: set[str] = set()
+    asked = [0]
 
-    def train(trials: list[Trial]) -> None:
-        new = [t for t in trials if t["trial_key"] not in calibrated]
-        cal = calibrate(spec, new, n_train)
-        calibrated.update(t["trial_key"] for t in new)
-        print(f"[sweep] phase 1: {len(trials)}/{planned} trials planned; privacy calibrations: {cal['distinct']} distinct, "
+    def train(trials: list[Trial]) -> None:  # every trial of a random search; a TPE round's trials
+        cal = calibrate(spec, trials, n_train)
+        asked[0] += len(trials)
+        print(f"[sweep] phase 1: {asked[0]}/{planned} trials planned; privacy calibrations: {cal['distinct']} distinct, "
               f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
         run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape, planned=planned)
 
