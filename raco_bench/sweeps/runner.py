@@ -312,6 +312,7 @@ def quiet_libraries() -> None:
     and only warnings from Ray, Tune and MLflow."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per pack table read (every TPE round reads them all)
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("ray.tune.tune").setLevel(logging.ERROR)  # its "Resume experiment with: Tuner.restore(...)": the sweep says how
