@@ -32,8 +32,9 @@ def export_rows(uri: str, experiments: list[str]) -> pd.DataFrame:
         exp = tracking.experiment_id(uri, name)
         parent = tracking.find_run(uri, exp, {tracking.SWEEP_ID: str(df["sweep_id"].iloc[0]), tracking.PHASE: "1", tracking.KIND: "phase"})
         params = parent.data.params if parent is not None else {}
-        frames.append(df[list(KEEP)].assign(step_budget=params.get("sweep.step_budget", "noise"),
-                                            seconds=float(parent.data.metrics.get("seconds", float("nan"))) if parent is not None else float("nan")))
+        last = tracking.find_run(uri, exp, {tracking.SWEEP_ID: str(df["sweep_id"].iloc[0]), tracking.PHASE: "2", tracking.KIND: "phase"})
+        seconds = float(last.data.metrics.get("seconds", float("nan"))) if last is not None else float("nan")  # the whole sweep's
+        frames.append(df[list(KEEP)].assign(step_budget=params.get("sweep.step_budget", "noise"), seconds=seconds))
     return pd.concat(frames, ignore_index=True)
 
 
