@@ -28,7 +28,9 @@ def test_the_winner_among_the_first_n_meets_gamma_and_has_no_failed_seed(tmp_pat
     assert c["val_error"].round(4).tolist() == [0.15, 0.15, 0.15, 0.13] and c["test_error"].round(4).tolist() == [0.16, 0.16, 0.16, 0.14]
     assert c["feasible"].tolist() == [24, 49, 98, 198]
     short = curve(_configs("random", acc[:60], con[:60]))
-    assert list(short["n"]) == [25, 50]  # a search that did not try n configurations has no row at n
+    assert list(short["n"]) == [25, 50]  # a search that did not get to n configurations has no row at n
+    gaps = _configs("random", acc, con).drop(index=[3, 199 - 1])  # two configurations the budget could not train
+    assert list(curve(gaps)["n"]) == [25, 50, 100, 200]
     pd.concat([_configs("tpe", acc, con), _configs("random", acc, con)]).to_csv(tmp_path / CONFIGS, index=False)
     written = write_page(tmp_path)
     assert (tmp_path / "search.png").exists() and "test_error (tpe)" in (tmp_path / "README.md").read_text() and len(written) == 4
