@@ -23,7 +23,8 @@ COMMANDS = {
     "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
     "report": "figures and tables of a sweep from MLflow",
     "sweeps": "the sweeps in a tracking store: id, experiment, state, configurations recorded / planned per phase, command",
-    "results": "RaCO-DP against every other method, study by study and per epsilon, from the results pages in DIR (comparison.md/.csv)",
+    "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
+               "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
              "report-scale, preprocessing (accuracy cost of public domains)",
 }
@@ -230,15 +231,19 @@ def _add_sweeps(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from raco_bench.report.comparison import write_comparison
     from raco_bench.report.load import ReportError
+    from raco_bench.report.rebuild import rebuild_results
 
     try:
-        paths = write_comparison(Path(args.dir))
+        done = rebuild_results(Path(args.dir), Path(args.references) if args.references else None)
     except ReportError as exc:
         raise ValueError(str(exc)) from None
-    for path in paths:
+    for path in done.files:
         print(path)
+    print(f"rebuilt from their data (parts/): {', '.join(p.name for p in done.pages) or 'none'}")
+    if done.kept:
+        print(f"not rebuilt, no data (parts/) to rebuild them from; compared from their satisfaction.csv as they are: "
+              f"{', '.join(p.name for p in done.kept)}")
     return 0
 
 
@@ -478,13 +483,16 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
     p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
     p.add_argument("--results", default=None, metavar="DIR",
-                   help="also write a results page there (figures, phase-2 CSV, command, hardware, wall time, version), e.g. results/adult-dp")
+                   help="also export the sweep as a part of the study in DIR (DIR/parts/<sweep_id>.csv.gz and .json, replacing an earlier "
+                        "export of it) and rebuild the page there from all its parts, e.g. results/adult-dp")
     p.add_argument("--audit-experiment", default="raco-bench-audit", help="experiment of `raco-bench audit` runs for the audit table (default: %(default)s)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report as artifacts of the sweep's parent run")
 
 
 def _add_results(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", metavar="DIR", help="folder of results pages (`raco-bench report --results DIR/STUDY`), e.g. results")
+    p.add_argument("dir", metavar="DIR", help="folder of results pages (`raco-bench report --results DIR/STUDY`), e.g. results: every page "
+                                              "with study data (STUDY/parts/) is rebuilt from it, with no MLflow store, then the comparison")
+    p.add_argument("--references", default=None, help="published points to overlay (default: DIR/references.csv when it exists)")
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:

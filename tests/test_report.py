@@ -85,7 +85,8 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     readme = (page / "README.md").read_text()  # the results page states where its numbers come from
     assert "**Command:** `python" in readme and "sweeps/adult.py --smoke --max-steps 100 --key-file " in readme
     assert "**Hardware:**" in readme and "**Suite version:** raco-bench" in readme and "**Wall time:**" in readme
-    assert "reduced protocol: 2 configurations × 2 seeds, then 2 fresh seeds (the papers: 200 × 5, then 20)" in readme
+    assert ("reduced protocol (2 configurations × 2 seeds, then 2 fresh seeds, random search; the papers: 200 × 5, then 20, TPE search)"
+            in readme)
     assert {"pareto.png", "pareto.pdf", "phase2_runs.csv"} <= {p.name for p in page.iterdir()}
     assert "![pareto](pareto.png)" in readme
     assert "## Published points overlaid" in readme and "user test point" in readme  # the overlaid points, with their source
@@ -216,6 +217,10 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
     bad.write_text("method,dataset,epsilon,error,violation,source\nsgda,heart,,87.5,0.58,paper A\n")
     with pytest.raises(ReportError, match=r"'error' needs numbers in \[0, 1\].*87.5"):
         load_references(bad, {"adult"})  # checked before filtering: a bad row of another dataset is still reported
+    assert set(ref["quantity"]) == {"max_constraint"} and set(ref["notion"]) == {""}  # a file without the optional columns
+    bad.write_text("method,dataset,epsilon,error,constraint_value,source,quantity\ndp-fermi,adult,1,0.2,0.05,x,gap\n")
+    with pytest.raises(ReportError, match=r"'quantity' takes max_constraint, dp_gap, eo_gap, fnr.*'gap'"):
+        load_references(bad, {"adult"})
     shipped = load_references(ROOT / "results" / "references.csv", {"heart"}, "false-negative-rate")
     assert len(shipped) >= 3 and shipped["source"].notna().all() and shipped["note"].notna().all()
 
@@ -233,7 +238,7 @@ def test_reference_points_filtered_by_constraint_checked_and_kept_on_the_axis(tm
         plt.close = original
     ax = captured["fig"].axes[0]
     assert ax.get_ylim()[0] < 0.02 < ax.get_ylim()[1] and ax.get_xlim()[1] > 0.9
-    assert any("published (x)" in t.get_text() for t in captured["fig"].legends[0].get_texts())
+    assert any(t.get_text() == "published xgboost" for t in captured["fig"].legends[0].get_texts())
     plt.close(captured["fig"])
 
 

@@ -63,3 +63,31 @@ def test_no_page_is_a_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "raco_bench.cli", "results", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "raco-bench report --experiment NAME --results" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_config_ids_are_per_part_and_a_pipeline_variant_is_another_method(tmp_path):
+    """A page of several parts: DP-FERMI (trained without γ) selected configuration 1 in two parts, two different
+    models, so two points; RaCO-DP under the paper pipeline is compared with the default RaCO-DP as another method.
+    A series keeps its method's kind: DP-FERMI under another pipeline selected for two γ is still one model."""
+    from raco_bench.report.comparison import _points
+
+    rows = [
+        ("raco-dp", 1.0, 0.05, 0, 5, 0.04, 0.01, 0.180, 0.002, 1.0, "aaa"),
+        ("dp-fermi", 1.0, 0.05, 1, 5, 0.03, 0.01, 0.170, 0.002, 1.0, "aaa"),  # dominates RaCO-DP's point
+        ("dp-fermi", 1.0, 0.05, 1, 5, 0.05, 0.01, 0.200, 0.002, 1.0, "bbb"),  # same config id, another part: dominated
+        ("raco-dp (paper pipeline, OUTSIDE THE BUDGET)", 1.0, 0.05, 2, 5, 0.04, 0.01, 0.190, 0.002, 1.0, "ccc"),
+        ("raco-dp (paper pipeline, OUTSIDE THE BUDGET)", 1.0, 0.10, 2, 5, 0.08, 0.01, 0.175, 0.002, 1.0, "ccc"),
+    ]
+    page = tmp_path / "study"
+    page.mkdir()
+    pd.DataFrame(rows, columns=COLUMNS + ["sweep_id"]).to_csv(page / "satisfaction.csv", index=False)
+    pd.DataFrame({"dataset": ["adult"] * 3, "constraint": ["demographic-parity"] * 3,
+                  "method": ["raco-dp", "dp-fermi", "raco-dp (paper pipeline, OUTSIDE THE BUDGET)"],
+                  "privacy_notion": ["record-level add/remove DP"] * 3}).to_csv(page / "phase2_runs.csv", index=False)
+    table = compare(load_pages(tmp_path)).set_index("method")
+    assert table.loc["dp-fermi", "their_points_dominated_by_raco_dp"] == pytest.approx(1 / 2)  # two points, not one
+    variant = table.loc["raco-dp (paper pipeline, OUTSIDE THE BUDGET)"]
+    assert variant["their_points_dominated_by_raco_dp"] == pytest.approx(1 / 2)  # (0.04, 0.190) of two: γ-input, two models
+    fermi = pd.DataFrame([("dp-fermi (checkpoint paper, OUTSIDE THE BUDGET)", 1.0, g, 4, 5, 0.05, 0.01, 0.2, 0.002, 1.0, "ddd")
+                          for g in (0.05, 0.10)], columns=COLUMNS + ["sweep_id"])
+    assert len(_points(fermi)) == 1

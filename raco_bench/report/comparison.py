@@ -44,7 +44,7 @@ def load_pages(root: Path) -> pd.DataFrame:
     for page in pages:
         runs = pd.read_csv(page / "phase2_runs.csv", usecols=["dataset", "constraint", "method", "privacy_notion"])
         notions = runs.drop_duplicates("method").set_index("method")["privacy_notion"]
-        sat = pd.read_csv(page / "satisfaction.csv").rename(columns=OLD_COLUMNS)  # pages written before the rename
+        sat = pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}).rename(columns=OLD_COLUMNS)  # pages written before the rename
         frames.append(sat.assign(study=page.name, dataset=runs["dataset"].iloc[0], constraint=runs["constraint"].iloc[0],
                                  privacy_notion=sat["method"].map(notions).fillna("")))
     return pd.concat(frames, ignore_index=True)
@@ -78,15 +78,17 @@ def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int, f
 
 def _points(sel: pd.DataFrame) -> np.ndarray:
     """The distinct selected models' (mean test constraint value, mean test error). For a method trained without γ
-    (``gamma_is_input`` false: DP-FERMI, PF-LD, …) a configuration selected for several γ is one model and one point;
+    (``gamma_is_input`` false: DP-FERMI, PF-LD, …) a configuration (of one part) selected for several γ is one model and one point;
     for a method that takes γ as a training input, each (γ, configuration) is its own model."""
     from raco_bench.methods import method_class
+    from raco_bench.report.series import base_method
 
     try:
-        gamma_free = not method_class(str(sel["method"].iloc[0])).gamma_is_input if len(sel) else False
+        gamma_free = not method_class(base_method(sel["method"].iloc[0])).gamma_is_input if len(sel) else False
     except ValueError:  # a method this installation does not know: each row its own model
         gamma_free = False
-    distinct = sel.drop_duplicates("config_id") if gamma_free else sel
+    model = [c for c in ("sweep_id", "config_id") if c in sel.columns]  # config ids are per sweep (per part of a study)
+    distinct = sel.drop_duplicates(model) if gamma_free else sel
     return distinct[["test_max_constraint", "test_error"]].to_numpy(dtype=float)
 
 

@@ -23,8 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from raco_bench.report.marks import CAPPED_LABEL, capped_cap, capped_handle, ring  # noqa: E402
 from raco_bench.report.overlap import warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
+from raco_bench.report.references import reference_label  # noqa: E402
 
 PALETTE = [("#332288", "P"), ("#882255", "<"), ("#117733", ">"), ("#DDCC77", "p")]  # Tol colours no registered method declares
 
@@ -64,11 +66,19 @@ def short_notion(notion: str) -> str:
 
 def method_labels(df: pd.DataFrame) -> dict[str, str]:
     """Legend label per method: its name and the privacy notion(s) of its runs, so that no figure compares unlike
-    guarantees without saying so (e.g. "pf-ld [A-only DP]", "dp-postprocess [record DP, uses A at prediction]")."""
+    guarantees without saying so (e.g. "pf-ld [A-only DP]", "dp-postprocess [record DP, uses A at prediction]"); a
+    series of another pipeline says which after the notion ("raco-dp [record DP] (paper pipeline, OUTSIDE THE BUDGET)",
+    :mod:`raco_bench.report.series`). When the methods' protocols differ (a ``protocol`` column), each label ends with
+    its own ("; reduced protocol")."""
     labels = {}
+    protocols = df.groupby("method")["protocol"].agg(lambda p: " + ".join(sorted(set(p) - {""}))) if "protocol" in df else pd.Series(dtype=str)
+    differ = protocols.nunique() > 1
     for method, notions in df.groupby("method")["privacy_notion"]:
         shorts = sorted({short_notion(n) for n in notions})
-        labels[method] = f"{method} [{'; '.join(shorts)}]"
+        base, _, pipeline = str(method).partition(" (")
+        labels[method] = f"{base} [{'; '.join(shorts)}]" + (f" ({pipeline}" if pipeline else "")
+        if differ and protocols.get(method):
+            labels[method] += f"; {protocols[method]}"
     return labels
 
 
@@ -92,8 +102,9 @@ def privacy_caption(df: pd.DataFrame) -> str:
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
     a_only = " A-only DP protects only the group (x and y public): NOT comparable with record DP." if any("A-only" in n for n in notions) else ""
+    which = "(every method)" if len(checkpoints) == 1 else "(per series: the legend names each pipeline other than the default)"
     lines = [f"Privacy notion of each method: in the legend.{a_only} δ = {delta}. Reported checkpoint: {', '.join(checkpoints)} "
-             "(every method). " + tuning]
+             f"{which}. " + tuning]
     lines += [f"OUTSIDE THE BUDGET: {o}" for o in outside]
     return "\n".join(lines)
 
@@ -195,14 +206,15 @@ def _method_entries(methods, styles: dict, names: dict) -> tuple[list, list]:
 
 def _tidy_axis(ax, xscale: str, nonnegative: bool) -> None:
     """A log axis labels its decades only (minor labels collide); a non-negative quantity's axis starts at 0 at most."""
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
 
     ax.set_xscale(xscale)
     if xscale == "log":
         low, high = ax.get_xlim()
         decades = math.log10(high / low) if low > 0 and high > low else 1.0
         subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 2.5 else (1.0,)  # labels fit a 4-inch panel
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs, numticks=7))
+        # within less than half a decade LogLocator falls back to a dense linear locator whose labels collide: 4 bins
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4) if decades < 0.5 else LogLocator(base=10, subs=subs, numticks=7))
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.xaxis.set_minor_formatter(NullFormatter())
     elif nonnegative:
@@ -244,16 +256,18 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
             front = frontier(pts)
             if len(front):
                 ax.plot(best[x].to_numpy()[front], best[y].to_numpy()[front], "-", color=color, lw=1.5)
+            ring(ax, best[x], best[y], best.get("capped"), color)
             on_front = np.zeros(len(best), bool)
             on_front[front] = True
             sd = best.get(y + "_sd", pd.Series(0.0, index=best.index)).to_numpy()
             drawn.append((ax, best[x].to_numpy(), best[y].to_numpy(), sd, color, 2, on_front))
         if references is not None and not references.empty:
             ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
-            for (method, source), rows in ref.groupby(["method", "source"]):
+            notion = ref["notion"] if "notion" in ref else pd.Series("", index=ref.index)
+            for (method, note), rows in ref.assign(notion=notion.fillna("")).groupby(["method", "notion"]):
                 rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
                 ax.scatter(rx, ry, marker="*", s=50, facecolor="none", edgecolor=style(method)[0], linewidths=1.0,
-                           label=f"{method}: published ({source})")
+                           label=reference_label(method, note))
                 drawn.append((ax, rx, ry, np.zeros(len(ry)), style(method)[0], 0, np.ones(len(ry), bool)))  # always on the axis
         ax.set_title(_eps_label(eps))
         ax.grid(alpha=0.3)
@@ -263,15 +277,16 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     clipped = _set_readable_ylim(axes, drawn)
     handles, labels = _method_entries(agg["method"].unique(), styles, names)
     ref_handles, ref_labels = _legend_entries(axes)  # the published points, each source once
-    key_handles, key_labels = _marker_key(df, clipped)
+    key_handles, key_labels = _marker_key(df, clipped, capped_cap(agg))
     ncol = 2 if len(axes) == 1 else 3  # the legend no larger than the figure: no blank margins in the saved image
     suptitle(fig, title)
     below_axes(fig, axes, xlabel, handles + ref_handles + key_handles, labels + ref_labels + key_labels, ncol, privacy_caption(df))
     return save(fig, out, stem)
 
 
-def _marker_key(df: pd.DataFrame, clipped: bool) -> tuple[list, list]:
-    """Legend entries that explain the markers: faint phase-1 configurations, the reported points, clipped points."""
+def _marker_key(df: pd.DataFrame, clipped: bool, cap: str = "") -> tuple[list, list]:
+    """Legend entries that explain the markers: faint phase-1 configurations, the reported points, clipped points and
+    capped models (``cap``: their cap on T, empty when none is capped)."""
     from matplotlib.lines import Line2D
 
     accounted = bool((df.get("tuning", pd.Series(dtype=str)) == "accounted").any())
@@ -283,6 +298,9 @@ def _marker_key(df: pd.DataFrame, clipped: bool) -> tuple[list, list]:
     if clipped:
         handles.append(Line2D([], [], marker="^", color="0.2", linestyle="", markersize=5))
         labels.append("▲ at the top: off the axis (reported points: their value)")
+    if cap:
+        handles.append(capped_handle())
+        labels.append(CAPPED_LABEL.format(cap=cap))
     return handles, labels
 
 
@@ -326,6 +344,8 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
             m = m.sort_values("gamma")
             top.errorbar(m["gamma"], m["test_max_constraint"], yerr=m["test_max_constraint_sd"], fmt=marker + "-", color=color, capsize=2)
             middle.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2)
+            ring(top, m["gamma"], m["test_max_constraint"], m.get("capped"), color)
+            ring(middle, m["gamma"], m["test_error"], m.get("capped"), color)
             bottom.plot(m["gamma"], 100 * m["share_meeting"], marker + "-", color=color, ms=5)
         top.set_title(_eps_label(eps))
         bottom.set_ylim(-5, 105)
@@ -337,6 +357,9 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
             ax.grid(alpha=0.3)
     handles, labels = _method_entries(rows["method"].unique(), styles, names)
     line_handles, line_labels = _legend_entries(axes[0])
+    if capped_cap(rows):
+        line_handles.append(capped_handle())
+        line_labels.append(CAPPED_LABEL.format(cap=capped_cap(rows)))
     suptitle(fig, title + "\n(bottom: share of the selected configuration's phase-2 runs meeting γ on test)")
     below_axes(fig, axes[2], "target γ", handles + line_handles, labels + line_labels, 2 if n == 1 else 3, privacy_caption(df))
     return save(fig, out, stem)

@@ -1,102 +1,127 @@
-"""A results page (``raco-bench report --results DIR``): one study as the repository publishes it under ``results/``.
+"""A results page: one study as the repository publishes it under ``results/STUDY/``, drawn from its parts alone.
 
-The page holds the sweep's figures (PNG, and PDF beside them), the tidy CSV of its phase-2 runs (for an
-accounted sweep, its released models), the command that produced it, the hardware, the wall time and
-the suite version (recorded by the sweep driver when it started: :func:`raco_bench.sweeps.runner.provenance`),
-and the protocol's sizes, stated as reduced where they are below the papers' (200 configurations × 5
-seeds, then 20 seeds).
+The page is its study's data (``parts/``, :mod:`raco_bench.report.study`) and what :func:`build_page` draws from it:
+the figures (PNG, and PDF beside them), ``satisfaction.csv``/``.tex``, ``spending.csv``, ``phase2_runs.csv`` (every
+reported run; for an accounted sweep, its released models) and a ``README.md`` with each part's command, hardware,
+suite version, wall time and protocol (:mod:`raco_bench.report.protocol`), the bytes of the study's data, the
+selected models on test, their T and ε spent, the published points overlaid and, when the page holds a
+``walltime.csv`` that covers its dataset, the wall-time table. ``raco-bench report --results`` writes the part
+and then builds the page; ``raco-bench results`` rebuilds it from the files alone.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
-from raco_bench import tracking
+from raco_bench.report import figures
+from raco_bench.report.draw import Drawn, data_note, draw
+from raco_bench.report.protocol import protocol_note
+from raco_bench.report.references import load_references
+from raco_bench.report.study import PARTS, Part, Study, part_bytes
 
-PAPER_PROTOCOL = {"n_configs": 200, "phase1_seeds": 5, "phase2_seeds": 20}
 PROVENANCE = {"raco_bench.command": "Command", "raco_bench.hardware": "Hardware", "raco_bench.version": "Suite version"}
 
 
-def sweep_parents(uri: str, exp_id: str, sweep_id: str) -> dict[int, object]:
-    """The sweep's phase parent runs by phase."""
-    runs = tracking.search_all(uri, [exp_id], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.SWEEP_ID}` = '{sweep_id}'")
-    return {int(r.data.tags.get(tracking.PHASE, "0")): r for r in runs}
-
-
-def protocol_note(params: dict) -> str:
-    """The protocol's sizes, "reduced" where they are below the papers' (empty when the sweep logged no sizes)."""
-    try:
-        sizes = {k: int(float(params[f"sweep.{k}"])) for k in PAPER_PROTOCOL}
-    except KeyError:
-        return ""
-    if params.get("sweep.tuning") == "accounted":
-        return (f"accounted tuning: E[K] = {params.get('sweep.tuning_mean')} configurations per search, "
-                f"{params.get('sweep.tuning_repeats')} repetitions")
-    text = f"{sizes['n_configs']} configurations × {sizes['phase1_seeds']} seeds, then {sizes['phase2_seeds']} fresh seeds"
-    if any(sizes[k] < v for k, v in PAPER_PROTOCOL.items()):
-        return f"reduced protocol: {text} (the papers: 200 × 5, then 20)"
-    return f"the papers' protocol: {text}"
-
-
-def _wall_time(parents: dict) -> str:
-    seconds = max((float(r.data.metrics.get("seconds", 0.0)) for r in parents.values()), default=0.0)
+def wall_time(seconds: float | None) -> str:
     return f"{seconds / 60:.1f} min ({seconds:.0f} s, the sweep command from start to summary)" if seconds else "not recorded"
 
 
-def write_results_page(report, uri: str, exp_id: str, df: pd.DataFrame, page: Path, caption: str,
-                       references: pd.DataFrame | None = None, data_note: str = "") -> list[Path]:
-    """Copy ``report``'s figures and tables into ``page`` and write its README.md; returns the files written.
+def _eps(values) -> str:
+    eps = sorted({float(e) for e in pd.Series(values).astype(float).fillna(float("inf"))})
+    return ", ".join("∞" if e == float("inf") else f"{e:g}" for e in eps)
 
-    The page also lists the published points overlaid on its figures (``references``, with their sources) and,
-    when the store holds a ``raco-bench bench walltime`` table that covers this dataset, that table."""
-    page.mkdir(parents=True, exist_ok=True)
-    parents = sweep_parents(uri, exp_id, str(df["sweep_id"].iloc[0]))
-    first = parents.get(1)
-    tags = first.data.tags if first is not None else {}
-    params = first.data.params if first is not None else {}
-    written = []
-    for path in report.files:
-        if path.suffix in (".png", ".pdf") or path.name in ("satisfaction.csv", "satisfaction.tex"):
-            shutil.copy2(path, page / path.name)
-            written.append(page / path.name)
-    reported = df[df["phase"] == 2]
-    csv = page / "phase2_runs.csv"
-    reported.drop(columns=["run_id", "start_time"], errors="ignore").to_csv(csv, index=False)
-    written.append(csv)
-    dataset, constraint = df["dataset"].iloc[0], df["constraint"].iloc[0]
-    lines = [f"# {dataset}, {constraint}", ""] + ([f"**{data_note}**", ""] if data_note else [])
-    lines += [f"- **{label}:** `{tags[key]}`" if key == "raco_bench.command" else f"- **{label}:** {tags[key]}"
-              for key, label in PROVENANCE.items() if key in tags]
-    missing = [label for key, label in PROVENANCE.items() if key not in tags]
+
+def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
+    mine = rows[rows["sweep_id"] == part.sweep_id]
+    pipelines = sorted(set(mine["pipeline"]) - {""})
+    lines = [f"### Part `{part.sweep_id}` (experiment `{part.experiment}`)", ""]
+    lines += [f"- **{label}:** `{part.provenance[key]}`" if key == "raco_bench.command" else f"- **{label}:** {part.provenance[key]}"
+              for key, label in PROVENANCE.items() if key in part.provenance]
+    missing = [label for key, label in PROVENANCE.items() if key not in part.provenance]
     if missing:
         lines.append(f"- not recorded by this sweep: {', '.join(missing).lower()}")
-    lines += [f"- **Wall time:** {_wall_time(parents)}", f"- **Protocol:** {protocol_note(params) or 'not recorded'}",
-              f"- **Sweep:** experiment `{df['experiment'].iloc[0]}`, sweep `{df['sweep_id'].iloc[0]}`; "
-              f"{len(df)} configurations trained, {len(reported)} reported runs in [phase2_runs.csv](phase2_runs.csv)", "",
-              caption.replace("\n", "  \n"), ""]
-    for path in written:
+    lines += [f"- **Wall time:** {wall_time(part.wall_seconds)}", f"- **Protocol:** {protocol_note(part.params) or 'not recorded'}",
+              f"- **Methods:** {', '.join(sorted(set(mine['base_method'])))}; **ε:** {_eps(mine['epsilon'])}; "
+              f"**pipeline:** {'; '.join(pipelines) or 'default (public preprocessing, last iterate, nothing outside the budget)'}",
+              f"- **Data:** {len(mine)} configurations trained ({int((mine['phase'] == 2).sum())} reported runs); "
+              f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
+              f"{part_bytes(page, part.sweep_id):,} bytes", ""]
+    return lines
+
+
+def _protocol_line(study: Study, rows: pd.DataFrame) -> str:
+    """One protocol for the page, or each method's (from the parts it appears in) when they differ."""
+    notes = {p.sweep_id: protocol_note(p.params) or "not recorded" for p in study.parts}
+    if len(set(notes.values())) == 1:
+        return f"- **Protocol:** {next(iter(notes.values()))}"
+    per_method = rows.groupby("method")["sweep_id"].agg(lambda s: "; ".join(sorted({notes[i] for i in s})))
+    return "- **Protocol per method:** " + "; ".join(f"{m}: {n}" for m, n in per_method.items())
+
+
+def _spending_markdown(spending: pd.DataFrame, parts: bool) -> str:
+    table = pd.DataFrame({
+        "method": spending["method"], "ε": spending["epsilon"].map(lambda e: "∞" if e == float("inf") else f"{e:g}"),
+        "γ": spending["gamma"].map("{:g}".format), "T (selected)": spending["T"].map("{:.0f}".format),
+        "ε spent (selected)": spending["epsilon_spent"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"), "cap on T": spending["cap"],
+        "phase-1 median T": spending["phase1_median_T"].map(lambda v: "" if pd.isna(v) else f"{v:.0f}"),
+        "phase-1 median ε spent": spending["phase1_median_epsilon_spent"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
+        "phase-1 configurations": spending["phase1_configs"].map(lambda v: "" if pd.isna(v) else f"{v:.0f}"),
+        "capped": [f"**capped: spent ε = {s:.2g} of {e:g}**" if c else "" for s, e, c in
+                   zip(spending["epsilon_spent"], spending["epsilon"], spending["capped"])],
+    })
+    if parts:
+        table.insert(1, "part", spending["sweep_id"])
+    return table.to_markdown(index=False)
+
+
+def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFrame | None) -> Path:
+    """The page's README.md from its study and what :func:`~raco_bench.report.draw.draw` made of it."""
+    rows = drawn.rows
+    dataset, constraint = rows["dataset"].iloc[0], rows["constraint"].iloc[0]
+    note = data_note(rows)
+    total = sum(part_bytes(page, p.sweep_id) for p in study.parts)
+    lines = [f"# {dataset}, {constraint}", ""] + ([f"**{note}**", ""] if note else [])
+    lines += [f"- **Study data:** {len(study.parts)} part(s) in [{PARTS}/]({PARTS}/), {total:,} bytes in all (compressed tables and their "
+              "metadata); `raco-bench results` rebuilds this page from them alone",
+              _protocol_line(study, rows),
+              f"- **Runs:** {len(rows)} configurations trained, {int((rows['phase'] == 2).sum())} reported runs in [phase2_runs.csv](phase2_runs.csv)",
+              "", figures.privacy_caption(rows).replace("\n", "  \n"), "", "## Parts", ""]
+    for part in study.parts:
+        lines += _part_lines(page, part, rows)
+    for path in drawn.files:
         if path.suffix == ".png":
             lines += [f"## {path.stem}", "", f"![{path.stem}]({path.name}) ([PDF]({path.stem}.pdf))", ""]
-    if (page / "satisfaction.csv").exists():
-        sat = pd.read_csv(page / "satisfaction.csv").round(4)
+    if not drawn.satisfaction.empty:
+        several = len(study.parts) > 1  # then each row says its part (config ids are per part)
+        sat = drawn.satisfaction.drop(columns=["steps", "epsilon_spent", "max_steps", "capped"] + ([] if several else ["sweep_id"])).round(4)
+        sat = sat.rename(columns={"sweep_id": "part"})
         lines += ["## Selected configurations on test (satisfaction.csv)", "", sat.to_markdown(index=False), ""]
+        lines += ["## T and ε spent: the selected models and phase 1 (spending.csv)", "",
+                  "Per method, ε and γ: the selected configuration's number of steps T and ε spent (means over its phase-2 runs); per method "
+                  "and ε: the medians over every phase-1 configuration, and the sweep's cap on T (`sweep.max_steps`). **Capped**: T reached "
+                  "the cap with less than 90 % of ε spent (ringed in the figures).", "", _spending_markdown(drawn.spending, several), ""]
     if references is not None and not references.empty:
         shown = references.drop(columns=[c for c in ("dataset",) if c in references.columns]).fillna({"epsilon": "non-private / not stated"})
-        lines += ["## Published points overlaid (☆ in the figures)", "", shown.to_markdown(index=False), ""]
-    wall = next((p for p in report.files if p.name == "walltime.csv"), None)
-    if wall is not None and dataset in set(pd.read_csv(wall)["dataset"]):
-        for path in report.files:
-            if path.stem == "walltime":
-                shutil.copy2(path, page / path.name)
-                written.append(page / path.name)
-        lines += ["## Wall time per step (the store's latest `raco-bench bench walltime`)", "", (page / "walltime.md").read_text(), ""]
-    notes = [n for n in report.notes if "raco-bench bench walltime" not in n and "raco-bench audit whitebox" not in n]  # report-wide hints
-    if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+        lines += ["## Published points overlaid (☆ in the figures whose x-axis is their quantity)", "", shown.to_markdown(index=False), ""]
+    wall = page / "walltime.csv"
+    if wall.is_file() and (page / "walltime.md").is_file() and dataset in set(pd.read_csv(wall)["dataset"]):
+        lines += ["## Wall time per step (`raco-bench bench walltime`)", "", (page / "walltime.md").read_text(), ""]
+    if drawn.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in drawn.notes] + [""]
     readme = page / "README.md"
     readme.write_text("\n".join(lines))
-    written.append(readme)
-    return written
+    return readme
+
+
+def build_page(page: Path, references: Path | None = None) -> list[Path]:
+    """(Re)build the page in ``page`` from its ``parts/`` alone: every figure and table, ``phase2_runs.csv`` and the
+    README; ``references``: the published points to overlay. Returns the files written."""
+    study = Study.read(page)
+    rows = study.rows
+    refs = load_references(references, set(rows["dataset"]), str(rows["constraint"].iloc[0]))
+    drawn = draw(study, page, refs)
+    csv = page / "phase2_runs.csv"
+    drawn.rows[drawn.rows["phase"] == 2].to_csv(csv, index=False)
+    return drawn.files + [csv, write_readme(study, page, drawn, refs)]

@@ -1,0 +1,132 @@
+"""Draw a study: the one way a report's and a results page's figures and tables are made, from a study's parts.
+
+``raco-bench report`` draws the study of the sweep it exported from MLflow; ``raco-bench results`` draws each page's
+study from its ``parts/``. Both call :func:`draw`, which writes into a folder:
+
+* ``pareto``: test error against the test constraint value, one panel per ε (paper Fig. 2);
+* ``gap``: test error against the between-group gap (``test_dp_gap`` for demographic parity, ``test_eo_gap`` for
+  equalized odds), where the published DP-FERMI points are gaps;
+* ``fnr``: accuracy against the false-negative rate, for that constraint;
+* ``worst_group_loss``: test error against the worst group's loss;
+* ``satisfaction``: the selected configurations against γ (Fig. 3), with ``satisfaction.csv`` and ``.tex``;
+* ``spending.csv``: the selected models' T and ε spent beside the phase-1 medians (:mod:`raco_bench.report.spending`).
+
+Each published point goes only on the figure whose x-axis is its quantity (:mod:`raco_bench.report.references`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from raco_bench.report import figures
+from raco_bench.report.load import aggregate
+from raco_bench.report.protocol import protocol_kind, protocol_note
+from raco_bench.report.references import axis_quantities, on_axis
+from raco_bench.report.satisfaction import satisfaction_rows
+from raco_bench.report.series import label_series
+from raco_bench.report.spending import capped_text, spending_table
+from raco_bench.report.study import Study
+from raco_bench.report.tables import satisfaction_latex
+
+ACS_NOTE = ("Data: the 2017 1-Year Alabama 5,000-row ACS sample (folktables layout), a SUBSTITUTE for the paper's 2018 "
+            "5-Year file: not comparable with the paper's numbers.")
+GAP = {"demographic-parity": ("test_dp_gap", "test demographic-parity gap (between groups)"),
+       "equalized-odds": ("test_eo_gap", "test equalized-odds gap (between groups)")}
+
+
+def data_note(df: pd.DataFrame) -> str:
+    """What a reader must know about the study's data before reading its numbers (the ACS sample is a substitute)."""
+    return ACS_NOTE if any(str(d).startswith("acs") for d in df["dataset"].unique()) else ""
+
+
+@dataclass
+class Drawn:
+    """What :func:`draw` wrote, the labelled rows it drew, its tables and its notes."""
+
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    satisfaction: pd.DataFrame = field(default_factory=pd.DataFrame)
+    spending: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def labelled(study: Study) -> tuple[pd.DataFrame, list[dict]]:
+    """The study's rows and selections by series (:mod:`raco_bench.report.series`), each row with its part's protocol."""
+    kinds = {p.sweep_id: protocol_kind(p.params) for p in study.parts}
+    rows = study.rows
+    rows = rows.assign(protocol=rows["sweep_id"].map(kinds).fillna(""))
+    return label_series(rows, study.selections)
+
+
+def title_note(study: Study, rows: pd.DataFrame) -> str:
+    """What a figure title adds: the protocol when every part ran the same one (else each method's legend entry says
+    its own), and the ACS substitute."""
+    notes = {protocol_note(p.params) for p in study.parts} - {""}
+    text = f"; {notes.pop()}" if len(notes) == 1 else ""
+    if data_note(rows):
+        text += "\n[ACS 2017 1-Year AL 5,000-row sample: a substitute, not the paper's data]"
+    return text
+
+
+def _selection_notes(selections: list[dict], skipped: dict[str, int]) -> list[str]:
+    notes = []
+    for sel in selections:
+        if sel.get("config_id") is None:
+            eps = "∞ (non-private)" if sel["epsilon"] is None else sel["epsilon"]
+            notes.append(f"{sel['method']} at ε = {eps}, γ = {sel['gamma']}: no configuration met γ on validation "
+                         f"({sel.get('feasible_configs', '0')} feasible"
+                         + (f"; {sel['failed_configs']} excluded because a phase-1 seed failed" if sel.get("failed_configs") else "")
+                         + "); it has no point in the satisfaction plot.")
+    notes += [f"{count} planned run(s) not trained, so not drawn: {key}." for key, count in skipped.items()]
+    return notes
+
+
+def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Drawn:
+    """Every figure and table of the module docstring for ``study``, written into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows, selections = labelled(study)
+    drawn = Drawn(rows=rows)
+    dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
+    note = title_note(study, rows)
+    agg = aggregate(rows)
+    axis = lambda x: on_axis(references, x, constraint)  # noqa: E731 - the published points this x-axis shows
+    drawn.files += figures.tradeoff_figure(agg, rows, out, "pareto", "test_max_constraint", "test_error",
+                                           "test constraint value (largest over the constraints)", "test error",
+                                           f"{dataset}, {constraint}: test error vs test constraint value" + note, references=axis("test_max_constraint"))
+    if constraint in GAP:
+        x, label = GAP[constraint]
+        drawn.files += figures.tradeoff_figure(agg, rows, out, "gap", x, "test_error", label, "test error",
+                                               f"{dataset}: test error vs the between-group gap" + note, references=axis(x))
+    if constraint == "false-negative-rate":
+        drawn.files += figures.tradeoff_figure(agg, rows, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
+                                               f"{dataset}: accuracy vs false-negative rate" + note, minimise_y=False, references=axis("test_fnr"),
+                                               reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]))
+    if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
+        drawn.files += figures.tradeoff_figure(agg, rows, out, "worst_group_loss", "test_worst_group_loss", "test_error",
+                                               "test worst-group loss (largest mean cross-entropy of a group; log scale)", "test error",
+                                               f"{dataset}: test error vs worst-group loss (bounded group loss)" + note, xscale="log")
+    xs = ["test_max_constraint"] + ([GAP[constraint][0]] if constraint in GAP else []) + (["test_fnr"] if constraint == "false-negative-rate" else [])
+    shown = set().union(*(axis_quantities(x, constraint) for x in xs))
+    for _, ref in (references if references is not None else pd.DataFrame(columns=["quantity"])).iterrows():
+        if ref["quantity"] not in shown:
+            drawn.notes.append(f"published {ref['method']} ({ref['source']}) is a {ref['quantity']} value: no figure of this study has "
+                               "that quantity on its x-axis, so it is not drawn.")
+    drawn.notes += _selection_notes(selections, study.skipped)
+    sat = satisfaction_rows(rows, selections)
+    drawn.satisfaction = sat
+    if not sat.empty:
+        sat.to_csv(out / "satisfaction.csv", index=False)
+        (out / "satisfaction.tex").write_text(satisfaction_latex(sat, f"{dataset}, {constraint}"))
+        drawn.files += [out / "satisfaction.csv", out / "satisfaction.tex"]
+        drawn.files += figures.satisfaction_figure(sat, rows, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + note)
+        drawn.spending = spending_table(sat, rows)
+        drawn.spending.to_csv(out / "spending.csv", index=False)
+        drawn.files.append(out / "spending.csv")
+        drawn.notes += [f"{r['method']} at ε = {r['epsilon']:g}, γ = {r['gamma']:g}: {capped_text(r)}; ringed in the figures."
+                        for _, r in sat[sat["capped"]].iterrows()]
+    elif not selections:
+        drawn.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
+    return drawn

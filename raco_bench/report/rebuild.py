@@ -1,0 +1,42 @@
+"""`raco-bench results DIR`: rebuild every results page under ``DIR`` from its study data, then the comparison.
+
+A page with ``parts/`` (:mod:`raco_bench.report.study`) is rebuilt from those files alone (no MLflow store, so it
+works in a fresh clone); a page without (written before pages carried their data) is kept as it is, and the
+comparison reads its ``satisfaction.csv`` and ``phase2_runs.csv`` as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raco_bench.report.comparison import write_comparison
+from raco_bench.report.results_page import build_page
+from raco_bench.report.study import has_parts
+
+REFERENCES = "references.csv"  # the published points beside the pages (results/references.csv)
+
+
+@dataclass
+class Rebuilt:
+    """What :func:`rebuild_results` did: the pages rebuilt from their parts, the pages kept (no parts), the files written."""
+
+    pages: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+def rebuild_results(root: Path, references: Path | None = None) -> Rebuilt:
+    """Rebuild each page in ``root`` that has parts (overlaying ``references``, default ``root/references.csv`` when it
+    exists), then write the comparison of every page; returns what was done."""
+    if references is None and (root / REFERENCES).is_file():
+        references = root / REFERENCES
+    done = Rebuilt()
+    for page in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if has_parts(page):
+            done.files += build_page(page, references)
+            done.pages.append(page)
+        elif (page / "satisfaction.csv").is_file():
+            done.kept.append(page)
+    done.files += write_comparison(root)
+    return done
