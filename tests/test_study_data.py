@@ -299,3 +299,19 @@ def test_a_real_sweep_exported_then_rebuilt_without_its_store(adult_store, tmp_p
     # a part keeps 6 significant digits: a mean moves by at most ~1e-6 of itself, an sd of two close values by ~1e-6 absolute
     np.testing.assert_allclose(rebuilt[numbers].to_numpy(float), from_mlflow[numbers].to_numpy(float), rtol=1e-5, atol=2e-6)
     assert (tmp_path / "results" / "comparison.md").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_what_every_run_of_a_study_reads_outside_the_budget_separates_no_series():
+    """Parkinsons' label threshold is read outside the budget by every run: the default pipeline keeps the plain method
+    name, only the paper pipeline (which reads more) is its own series, and the rows keep their full outside-budget text."""
+    import pandas as pd
+
+    from raco_bench.report.series import label_series
+
+    task = "task definition: the label threshold is the median over all rows"
+    rows = pd.DataFrame({"method": ["raco-dp", "raco-dp"], "sweep_id": ["a", "b"], "preprocessing": ["public", "paper"],
+                         "checkpoint": ["last", "paper"], "tuning": ["not-accounted"] * 2,
+                         "outside_budget": [task, f"{task} | checkpoint=paper: selection on validation"]})
+    out, _ = label_series(rows, [])
+    assert list(out["method"]) == ["raco-dp", "raco-dp (paper pipeline, OUTSIDE THE BUDGET)"]
+    assert list(out["outside_budget"]) == list(rows["outside_budget"])

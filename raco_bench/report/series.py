@@ -36,13 +36,22 @@ def base_method(series: str) -> str:
     return str(series).split(" (", 1)[0]
 
 
+def _beyond_shared(outside: pd.Series) -> pd.Series:
+    """Each run's outside-budget items less those every run of the study shares (the dataset's task definition, e.g.
+    Parkinsons' label threshold): those are the study's, stated in its caption, and separate no pipeline."""
+    items = [frozenset(i for i in str(cell).split(" | ") if i not in HONEST) for cell in outside]
+    shared = frozenset.intersection(*items) if items else frozenset()
+    return pd.Series([" | ".join(sorted(i - shared)) or "none" for i in items], index=outside.index, dtype=object)
+
+
 def label_series(rows: pd.DataFrame, selections: list[dict]) -> tuple[pd.DataFrame, list[dict]]:
     """``rows`` with ``method`` replaced by the series name (the method in ``base_method``, the difference in
     ``pipeline``), and ``selections`` named alike: a selection belongs to its part's series (one sweep runs one
     pipeline). A series other than the default has no ``style``: it is drawn in a colour of its own."""
     keys = ["preprocessing", "checkpoint", "tuning", "outside_budget"]
-    labels = {combo: pipeline_label(*map(str, combo)) for combo in rows[keys].drop_duplicates().itertuples(index=False, name=None)}
-    pipeline = pd.Series([labels[combo] for combo in rows[keys].itertuples(index=False, name=None)], index=rows.index, dtype=object)
+    own = rows[keys].assign(outside_budget=_beyond_shared(rows["outside_budget"]))  # the caption keeps what every run shares
+    labels = {combo: pipeline_label(*map(str, combo)) for combo in own.drop_duplicates().itertuples(index=False, name=None)}
+    pipeline = pd.Series([labels[combo] for combo in own.itertuples(index=False, name=None)], index=rows.index, dtype=object)
     out = rows.assign(base_method=rows["method"], pipeline=pipeline)
     out["method"] = [m if not p else f"{m} ({p})" for m, p in zip(out["base_method"], pipeline)]
     if "style" in out:
