@@ -16,7 +16,6 @@ from MLflow into one table (a row per configuration), :func:`write_page` draws t
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -131,29 +130,9 @@ def write_page(folder: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("export", help="the sweeps' phase-1 configurations from MLflow into DIR/configurations.csv.gz")
-    e.add_argument("--tracking-uri", required=True)
-    e.add_argument("--experiment", action="append", required=True)
-    e.add_argument("--out", required=True)
-    g = sub.add_parser("page", help="draw DIR's page from DIR/configurations.csv.gz")
-    g.add_argument("dir")
-    args = p.parse_args(argv)
-    if args.command == "export":
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table = export_configurations(args.tracking_uri, args.experiment)
-        path = out / CONFIGS
-        if path.exists():  # merging: an experiment exported again replaces its rows
-            old = pd.read_csv(path)
-            table = pd.concat([old[~old["experiment"].isin(args.experiment)], table], ignore_index=True)
-        table.to_csv(path, index=False, float_format="%.6g")
-        print(path)
-        return 0
-    for path in write_page(Path(args.dir)):
-        print(path)
-    return 0
+    from raco_bench.report.table_page import main as table_main
+
+    return table_main(__doc__, CONFIGS, export_configurations, write_page, argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from an exported table alone:
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -78,29 +77,9 @@ def write_page(folder: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("export", help="the sweeps' rows from MLflow into DIR/runs.csv.gz (an experiment exported again replaces its rows)")
-    e.add_argument("--tracking-uri", required=True)
-    e.add_argument("--experiment", action="append", required=True)
-    e.add_argument("--out", required=True)
-    g = sub.add_parser("page", help="draw DIR's page from DIR/runs.csv.gz")
-    g.add_argument("dir")
-    args = p.parse_args(argv)
-    if args.command == "export":
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table = export_rows(args.tracking_uri, args.experiment)
-        path = out / ROWS
-        if path.exists():
-            old = pd.read_csv(path)
-            table = pd.concat([old[~old["experiment"].isin(args.experiment)], table], ignore_index=True)
-        table.to_csv(path, index=False, float_format="%.6g")
-        print(path)
-        return 0
-    for path in write_page(Path(args.dir)):
-        print(path)
-    return 0
+    from raco_bench.report.table_page import main as table_main
+
+    return table_main(__doc__, ROWS, export_rows, write_page, argv)
 
 
 if __name__ == "__main__":
