@@ -76,3 +76,48 @@ def test_sweeps_search_the_steps_only_where_the_method_takes_t_from_the_accounta
     assert sample_configs(get_method("raco-dp"), 10, 28829, 0) == sample_configs(get_method("raco-dp"), 10, 28829, 0, "noise", 3000)
     with pytest.raises(ValueError, match="step-budget noise"):
         SweepSpec(dataset="adult", tuning="accounted", checkpoint="private", step_budget="steps")
+
+
+def test_no_searched_step_budget_overspends_capped_selected_or_swept():
+    """T beyond the cap trains the cap with its own σ; a private checkpoint selection is inside the budget; the sweep's
+    calibration (T and σ into the trial) is what the run trains; and a run whose plan would overspend is refused."""
+    from raco_bench.methods.lagrangian import plugin
+    from raco_bench.privacy.accounting import SelectionRelease
+    from raco_bench.sweeps.calibration import apply_calibrated
+    from raco_bench.sweeps.plan import make_trial
+    from raco_bench.sweeps.trial import run_config
+
+    ds = load_dataset("synthetic")
+    params = {"batch_size": 128, "step_budget": "steps", "train_steps": 3000, "laplace_scale": 10.0}
+    capped = prepare_run(RunConfig(dataset="synthetic", method="raco-dp", epsilon=1.0, max_steps=400, eval_every=100, params=params), ds)
+    assert capped.ctx.steps == 400 and 0.99 <= capped.ctx.privacy["epsilon_spent"] <= 1.0
+    selected = prepare_run(RunConfig(dataset="synthetic", method="raco-dp", epsilon=1.0, max_steps=400, eval_every=100, params=params,
+                                     checkpoint="private"), ds)
+    assert selected.ctx.hyper.noise_multiplier > capped.ctx.hyper.noise_multiplier  # the selection's releases cost budget
+    assert 0.99 <= selected.ctx.privacy["epsilon_spent"] <= 1.0
+    # the sweep's path: calibrate into the trial, then the trial's run
+    spec = SweepSpec(dataset="synthetic", epsilons=(1.0,), gammas=(0.1,), methods=("raco-dp",), max_steps=400, step_budget="steps")
+    trial = make_trial(spec, 1, "raco-dp", 1.0, 0.1, 1, params, 0)
+    method = get_method("raco-dp")
+    problem = method.calibration(method.hyperparameters(params), len(ds.train), Budget(1.0, spec.delta, 400))
+    apply_calibrated(trial, method.calibrated(problem, CalibrationCache().solve(problem)))
+    assert trial["steps"] == 400 and trial["calibrated"]["noise_multiplier"] == capped.ctx.hyper.noise_multiplier
+    swept = prepare_run(run_config(trial, "cpu"), ds)
+    assert swept.ctx.steps == 400 and swept.ctx.hyper.noise_multiplier == capped.ctx.hyper.noise_multiplier
+    # a resolved σ that overspends (a calibration bug) is refused before anything trains
+    original = plugin.LagrangianSGDA.resolved
+    try:
+        plugin.LagrangianSGDA.resolved = lambda self, h, n, b, cache=None: dataclasses.replace(original(self, h, n, b, cache),
+                                                                                                 noise_multiplier=1.0)
+        with pytest.raises(ValueError, match="spends epsilon"):
+            prepare_run(RunConfig(dataset="synthetic", method="raco-dp", epsilon=1.0, max_steps=400, eval_every=100, params=params), ds)
+    finally:
+        plugin.LagrangianSGDA.resolved = original
+    # and a solver that returns a σ below what fits is never stored or used
+    loose = StepNoiseProblem(StepMechanism(0.05, 1.0, 8.0, "shared"), 300, 1.0, 1e-5, SelectionRelease(200.0, 3))
+    assert 0 < loose.solve() < NO_NOISE_SUFFICES
+    broken = type("Broken", (StepNoiseProblem,), {"solve": lambda self: 0.5 * StepNoiseProblem.solve(self)})
+    cache = CalibrationCache(path=None)
+    with pytest.raises(RuntimeError, match="does not meet its own budget"):
+        cache.solve(broken(loose.mechanism, loose.steps, loose.target_epsilon, loose.delta, loose.selection))
+    assert cache.lookup(loose.key()) is None

@@ -57,7 +57,7 @@ def require_record_level(privacy: dict, method: str) -> None:
     notion = str(privacy.get("notion", ""))
     if not notion.startswith("record-level"):
         raise ValueError(f"{method} claims {notion!r}, not record-level DP: an audit that adds a whole record does not test that claim "
-                         "(use the record-level mode of the method, e.g. --set privacy=full for DP-FERMI)")
+                         "(audit the method's record-level mode: for DP-FERMI, method dp-fermi with privacy=full, its default)")
 
 
 def clopper_pearson(k, n, alpha: float):

@@ -134,6 +134,8 @@ class CalibrationCache:
             self.stale += 1
         self.misses += 1
         value = compute()
+        if not within_budget(value):  # a solver that overspends is a bug: never store or return its value
+            raise RuntimeError(f"a computed calibration (value {value}) does not meet its own budget: the solver is wrong; nothing was trained")
         self.put(key, value)
         return value
 
@@ -238,7 +240,8 @@ class StepNoiseProblem(CalibrationProblem):
     def solve(self) -> float:
         if self.spent(NOISE_LIMIT) > self.target_epsilon:
             return NO_NOISE_SUFFICES
-        return smallest_noise_within(self.spent, self.target_epsilon, NOISE_LIMIT, "unreachable: checked at the limit")
+        # the bracket doubles from 1 and may pass NOISE_LIMIT once before the bisection (σ ≤ NOISE_LIMIT fits, checked above)
+        return smallest_noise_within(self.spent, self.target_epsilon, 2 * NOISE_LIMIT, "unreachable: checked at the limit")
 
     def within_budget(self, value: float) -> bool:
         if value == NO_NOISE_SUFFICES:

@@ -123,7 +123,10 @@ def write_comparison(root: Path) -> list[Path]:
     table = compare(load_pages(root))
     csv, md, tex = root / "comparison.csv", root / "comparison.md", root / "comparison.tex"
     table.to_csv(csv, index=False)
-    shown = table.drop(columns=["dataset", "constraint", "privacy_notion"]).round(3)
+    from raco_bench.report.figures import short_notion
+
+    named = table.assign(method=[f"{m} [{short_notion(n)}]" for m, n in zip(table["method"], table["privacy_notion"])]) if len(table) else table
+    shown = named.drop(columns=["dataset", "constraint", "privacy_notion"]).round(3)  # the notion stays beside each method's name
     shown.columns = [c.replace("_", " ") for c in shown.columns]
     md.write_text(
         "# RaCO-DP against every other method, per study and ε\n\n"

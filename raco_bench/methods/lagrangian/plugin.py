@@ -236,6 +236,9 @@ class LagrangianSGDA(Method):
             ),
         )
         ctx.privacy = self._privacy(ctx, problem.mechanism if problem else None).as_dict()
+        if self.private and ctx.privacy["epsilon_spent"] > ctx.config.epsilon * (1 + 1e-9):  # the last word, whatever calibrated T or σ
+            raise ValueError(f"T={ctx.steps} with noise_multiplier={h.noise_multiplier} spends epsilon={ctx.privacy['epsilon_spent']:.4f} > the "
+                             f"budget {ctx.config.epsilon}; nothing was trained")
 
     def _privacy(self, ctx: Context, mech: StepMechanism | None) -> PrivacyPlan:
         run, T = ctx.config, ctx.steps
@@ -281,7 +284,8 @@ class LagrangianSGDA(Method):
             return epsilon(StepMechanism(sampling_rate, f * sigma0, None if lap0 is None else f * lap0), steps, delta)
 
         f = smallest_noise_within(spent, epsilon_, 1e6, "the audited run cannot meet the claim")
-        return {"noise_multiplier": f * sigma0} | ({"laplace_scale": f * lap0} if lap0 is not None else {})
+        fixed = {"step_budget": "noise"} if hyper.step_budget != "noise" else {}  # the audit fixes σ and T itself: no recalibration
+        return {"noise_multiplier": f * sigma0} | ({"laplace_scale": f * lap0} if lap0 is not None else {}) | fixed
 
     def report(self, ctx: Context, state: TrainState) -> dict:
         return lagrangian_report(self, state.lam, state.last_release.constraint_estimates if state.last_release is not None else None)
