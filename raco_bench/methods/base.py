@@ -158,11 +158,11 @@ class Method(ABC):
         """Hyperparameter name → a Ray Tune domain (``tune.uniform``, ``tune.loguniform``, ``tune.choice``, …)
         or a constant. ``n_train`` bounds the batch sizes."""
 
-
     def sweep_space(self, n_train: int, step_budget: str, max_steps: int) -> dict[str, Any]:
         """The space a sweep searches: :meth:`search_space`, changed by the sweep's step budget for a method that takes T
         from the accountant (``noise``: as it is; ``steps``: T searched, σ calibrated; ``either``: the choice searched too)."""
         return self.search_space(n_train)
+
     def applicable(self, hyper: Any) -> dict[str, Any]:
         """The hyperparameters that matter for this method (what is logged); all of them by default."""
         return dataclasses.asdict(hyper)

@@ -132,12 +132,12 @@ def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]]
     for lo in range(0, spec.n_configs, spec.search_batch):
         first = len(trials)
         hi = min(lo + spec.search_batch, spec.n_configs)
-        rows = recorded() if lo else []
+        told: dict[tuple, dict[int, list[dict]]] = {}  # cell -> configuration -> its seeds, from the earlier rounds
+        for r in recorded() if lo else []:
+            if 0 < r["config_id"] < lo:
+                told.setdefault((r["method"], r["epsilon"], r["gamma"]), {}).setdefault(r["config_id"], []).append(r)
         for (method, epsilon, gamma), search in searches.items():
-            by_config: dict[int, list[dict]] = {}
-            for r in rows:
-                if r["method"] == method and r["epsilon"] == epsilon and r["gamma"] == gamma and 0 < r["config_id"] < lo:
-                    by_config.setdefault(r["config_id"], []).append(r)
+            by_config = told.get((method, epsilon, gamma), {})
             bar = baseline(gamma if gamma is not None else lenient) if baseline is not None else None
             outcomes = [Outcome(rs[0]["params"], _mean([r["val_accuracy"] for r in rs]), _mean([r["val_max_constraint"] for r in rs]),
                                 any(failed_seed(r, bar) for r in rs)) for _, rs in sorted(by_config.items())]
@@ -175,7 +175,6 @@ class Selection:
 
 
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
-
 
 
 def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:

@@ -31,6 +31,7 @@ import hashlib
 import math
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from raco_bench.methods.space import ZeroOr, round2
@@ -57,12 +58,13 @@ def _distribution(domain: Any):
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    log = type(domain.get_sampler()).__name__ == "_LogUniform"
     if isinstance(domain, Categorical):
         return CategoricalDistribution(list(domain.categories))
-    if isinstance(domain, Float) and type(domain.get_sampler()).__name__ in ("_Uniform", "_LogUniform"):
+    sampler = type(domain.get_sampler()).__name__
+    log = sampler == "_LogUniform"
+    if isinstance(domain, Float) and sampler in ("_Uniform", "_LogUniform"):
         return FloatDistribution(float(domain.lower), float(domain.upper), log=log)
-    if isinstance(domain, Integer) and type(domain.get_sampler()).__name__ in ("_Uniform", "_LogUniform"):
+    if isinstance(domain, Integer) and sampler in ("_Uniform", "_LogUniform"):
         return IntDistribution(int(domain.lower), int(domain.upper) - 1, log=log)  # Tune's upper bound is exclusive
     raise ValueError(f"the TPE search cannot translate the domain {domain!r} (uniform, loguniform, choice, randint, lograndint are "
                      "supported); use --search random for this method or declare its space with those")
@@ -100,9 +102,10 @@ def _ask(trial, name: str, dist) -> Any:
     return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
 
 
-def suggest(trial, space: dict[str, Any]) -> dict[str, Any]:
-    """One configuration from an asked Optuna trial, with the keys and rounding of random search."""
-    dists = distributions(space)
+def suggest(trial, space: dict[str, Any], dists: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One configuration from an asked Optuna trial, with the keys and rounding of random search (``dists``: the space's
+    :func:`distributions`, when the caller holds them)."""
+    dists = dists if dists is not None else distributions(space)
     params = {}
     for name in sorted(space):
         domain = space[name]
@@ -116,10 +119,10 @@ def suggest(trial, space: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def told_params(params: dict[str, Any], space: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def told_params(params: dict[str, Any], space: dict[str, Any], dists: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """A recorded configuration as Optuna parameters and their distributions (values outside a distribution, e.g. a
     bound rounded past, are clipped into it)."""
-    dists = distributions(space)
+    dists = dists if dists is not None else distributions(space)
     values, used = {}, {}
     for name, dist in dists.items():
         if name.endswith(":zero"):
@@ -150,6 +153,11 @@ class CellSearch:
     gamma: float | None
     seed: int
 
+    @cached_property
+    def dists(self) -> dict[str, Any]:
+        """The space's Optuna distributions, translated once per cell."""
+        return distributions(self.space)
+
     def study(self, outcomes: list[Outcome]):
         """A fresh study holding ``outcomes`` (in order), with a sampler seeded for this cell."""
         import optuna
@@ -162,16 +170,15 @@ class CellSearch:
         directions = ["maximize"] if self.gamma is not None else ["maximize", "minimize"]
         study = optuna.create_study(directions=directions, sampler=sampler)
         for o in outcomes:
-            values, dists = told_params(o.params, self.space)
+            values, dists = told_params(o.params, self.space, self.dists)
             if not math.isfinite(o.accuracy) or not math.isfinite(o.constraint):
                 study.add_trial(create_trial(state=TrialState.FAIL, params=values, distributions=dists))
                 continue
-            constraint = FAILED_CONSTRAINT if o.failed else o.constraint
+            constraint = max(FAILED_CONSTRAINT, o.constraint) if o.failed else o.constraint
             if self.gamma is None:
-                study.add_trial(create_trial(values=[o.accuracy, max(constraint, o.constraint)], params=values, distributions=dists))
+                study.add_trial(create_trial(values=[o.accuracy, constraint], params=values, distributions=dists))
             else:
-                study.add_trial(create_trial(value=o.accuracy, params=values, distributions=dists,
-                                             constraints={"gamma": max(constraint, o.constraint) - self.gamma}))
+                study.add_trial(create_trial(value=o.accuracy, params=values, distributions=dists, constraints={"gamma": constraint - self.gamma}))
         return study
 
     def propose(self, outcomes: list[Outcome], n: int) -> list[dict[str, Any]]:
@@ -183,5 +190,5 @@ class CellSearch:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             for _ in range(n):
-                out.append(suggest(study.ask(), self.space))  # asked trials stay RUNNING: the constant liar spreads the batch
+                out.append(suggest(study.ask(), self.space, self.dists))  # asked trials stay RUNNING: the constant liar spreads the batch
         return out

@@ -37,7 +37,7 @@ from raco_bench.training.tensors import TrainData
 
 DUAL_UPDATES = ("soft", "hard")
 STEP_BUDGETS = ("noise", "steps")
-SEARCHED_STEPS = (50, None)  # step_budget=steps: T searched log-uniformly from 50 (fewer rarely trains) to the sweep's cap
+FEWEST_SEARCHED_STEPS = 50  # step_budget=steps: T searched log-uniformly from here (fewer rarely trains) to the sweep's cap
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class LagrangianSGDA(Method):
             return space
         from ray import tune
 
-        low = min(SEARCHED_STEPS[0], max_steps)
+        low = min(FEWEST_SEARCHED_STEPS, max_steps)
         space["train_steps"] = tune.lograndint(low, max_steps + 1) if max_steps > low else low
         if step_budget == "steps":
             space.pop("noise_multiplier")
