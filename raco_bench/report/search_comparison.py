@@ -28,19 +28,15 @@ CONFIGS = "configurations.csv.gz"  # a row per phase-1 configuration of every co
 def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
     """Every phase-1 configuration of each experiment's latest sweep: its search, sizes, the means over its seeds and
     whether a seed failed (against the best constant predictor at its γ, as the sweep's selection judges it)."""
-    from raco_bench import tracking
     from raco_bench.data import load_dataset
-    from raco_bench.report.load import load_runs
+    from raco_bench.report.export import export_part
     from raco_bench.sweeps.plan import constant_predictor_accuracy, failed_seed
 
     frames = []
     for name in experiments:
-        df = load_runs(uri, name)
-        df = df[df["phase"] == 1]
-        exp = tracking.experiment_id(uri, name)
-        parent = tracking.find_run(uri, exp, {tracking.SWEEP_ID: str(df["sweep_id"].iloc[0]), tracking.PHASE: "1", tracking.KIND: "phase"})
-        params = parent.data.params if parent is not None else {}
-        search = params.get("sweep.search", "random")
+        part = export_part(uri, name)  # the sweep's rows and its spec params, as a results page reads them
+        df = part.rows[part.rows["phase"] == 1]
+        search, search_batch = part.params.get("sweep.search", "random"), int(float(part.params.get("sweep.search_batch", 25)))
         ds = load_dataset(str(df["dataset"].iloc[0]), preprocessing=str(df["preprocessing"].iloc[0]))
         positive = float((ds.val.y == 1).mean())
         rows = []
@@ -48,7 +44,7 @@ def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
             bar = constant_predictor_accuracy(str(df["constraint"].iloc[0]), positive, float(gamma)) if gamma == gamma else None
             seeds = runs.to_dict("records")
             rows.append({"experiment": name, "sweep_id": runs["sweep_id"].iloc[0], "search": search,
-                         "search_batch": int(float(params.get("sweep.search_batch", 25))), "dataset": runs["dataset"].iloc[0],
+                         "search_batch": search_batch, "dataset": runs["dataset"].iloc[0],
                          "constraint": runs["constraint"].iloc[0], "method": method, "epsilon": eps, "gamma": gamma, "config_id": int(cid),
                          "seeds": len(seeds), "failed": any(failed_seed(r, bar) for r in seeds),
                          **{c: float(runs[c].mean()) for c in ("val_accuracy", "val_max_constraint", "test_accuracy", "test_max_constraint",

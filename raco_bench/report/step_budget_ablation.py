@@ -22,18 +22,13 @@ KEEP = ("experiment", "sweep_id", "dataset", "constraint", "method", "phase", "e
 
 
 def export_rows(uri: str, experiments: list[str]) -> pd.DataFrame:
-    from raco_bench import tracking
-    from raco_bench.report.load import load_runs
+    from raco_bench.report.export import export_part
 
     frames = []
     for name in experiments:
-        df = load_runs(uri, name)
-        exp = tracking.experiment_id(uri, name)
-        parent = tracking.find_run(uri, exp, {tracking.SWEEP_ID: str(df["sweep_id"].iloc[0]), tracking.PHASE: "1", tracking.KIND: "phase"})
-        params = parent.data.params if parent is not None else {}
-        last = tracking.find_run(uri, exp, {tracking.SWEEP_ID: str(df["sweep_id"].iloc[0]), tracking.PHASE: "2", tracking.KIND: "phase"})
-        seconds = float(last.data.metrics.get("seconds", float("nan"))) if last is not None else float("nan")  # the whole sweep's
-        frames.append(df[list(KEEP)].assign(step_budget=params.get("sweep.step_budget", "noise"), seconds=seconds))
+        part = export_part(uri, name)  # the sweep's rows, its spec params and its wall time, as a results page reads them
+        seconds = part.wall_seconds if part.wall_seconds is not None else float("nan")
+        frames.append(part.rows[list(KEEP)].assign(step_budget=part.params.get("sweep.step_budget", "noise"), seconds=seconds))
     return pd.concat(frames, ignore_index=True)
 
 
