@@ -30,7 +30,7 @@ def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
     whether a seed failed (against the best constant predictor at its γ, as the sweep's selection judges it)."""
     from raco_bench.data import load_dataset
     from raco_bench.report.export import export_part
-    from raco_bench.sweeps.plan import constant_predictor_accuracy, failed_seed
+    from raco_bench.sweeps.plan import failed_seed, failure_baseline
 
     frames = []
     for name in experiments:
@@ -38,10 +38,10 @@ def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
         df = part.rows[part.rows["phase"] == 1]
         search, search_batch = part.params.get("sweep.search", "random"), int(float(part.params.get("sweep.search_batch", 25)))
         ds = load_dataset(str(df["dataset"].iloc[0]), preprocessing=str(df["preprocessing"].iloc[0]))
-        positive = float((ds.val.y == 1).mean())
+        baseline = failure_baseline(str(df["constraint"].iloc[0]), ds.val.y)  # the bar the sweep's selection used
         rows = []
         for (method, eps, gamma, cid), runs in df.groupby(["method", "epsilon", "gamma", "config_id"], dropna=False):
-            bar = constant_predictor_accuracy(str(df["constraint"].iloc[0]), positive, float(gamma)) if gamma == gamma else None
+            bar = baseline(float(gamma)) if gamma == gamma else None
             seeds = runs.to_dict("records")
             rows.append({"experiment": name, "sweep_id": runs["sweep_id"].iloc[0], "search": search,
                          "search_batch": search_batch, "dataset": runs["dataset"].iloc[0],

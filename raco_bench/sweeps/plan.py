@@ -197,6 +197,12 @@ def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: fl
     return None
 
 
+def failure_baseline(constraint: str, val_labels) -> Baseline:
+    """γ -> the failure bar of :func:`constant_predictor_accuracy` on these validation labels (their positive rate, once)."""
+    positive_rate = sum(int(y) == 1 for y in val_labels) / len(val_labels)
+    return lambda gamma: constant_predictor_accuracy(constraint, positive_rate, gamma)
+
+
 def failed_seed(result: dict, baseline_accuracy: float | None) -> bool:
     """A phase-1 seed that failed: no finite validation metrics (the run diverged), or validation accuracy more than
     FAILURE_MARGIN below ``baseline_accuracy`` (the best constant predictor's that meets the constraint,

@@ -39,7 +39,7 @@ from raco_bench.sweeps.plan import (
     Selection,
     Trial,
     auto_pack_size,
-    constant_predictor_accuracy,
+    failure_baseline,
     make_packs,
     pack_memory_fit,
     phase1_trials,
@@ -363,8 +363,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
-    positive_rate = sum(int(y) == 1 for y in ds.val.y) / len(ds.val.y)  # once: the failure bar only needs this rate
-    baseline = lambda gamma: constant_predictor_accuracy(spec.constraint, positive_rate, gamma)  # noqa: E731
+    baseline = failure_baseline(spec.constraint, ds.val.y)
     trials1 = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1, baseline)
