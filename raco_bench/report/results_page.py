@@ -17,6 +17,7 @@ import pandas as pd
 
 from raco_bench.report import figures
 from raco_bench.report.draw import Drawn, data_note, draw
+from raco_bench.report.noise_floor import NOISE_FLOOR, read_noise_floor, write_noise_floor
 from raco_bench.report.protocol import protocol_note
 from raco_bench.report.references import load_references
 from raco_bench.report.study import PARTS, Part, Study, part_bytes
@@ -76,6 +77,23 @@ def _spending_markdown(spending: pd.DataFrame, parts: bool) -> str:
     return table.to_markdown(index=False)
 
 
+def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
+    """The noise-floor section: the splits' floors and the γ at or below the validation floor."""
+    head = [f"## Noise floor of the splits ({NOISE_FLOOR})", ""]
+    if floor is None:
+        return head + ["Not measured: the dataset was not available where this page was built (`raco-bench results` measures it "
+                       "when `RACO_BENCH_DATA` holds it).", ""]
+    val = floor[floor["split"] == "val"]["floor_median"].iloc[0]
+    below = sorted(g for g in {float(g) for g in gammas if g == g} if g <= val)
+    text = ("A classifier that predicts by a fair coin is fair by construction; on these splits its largest constraint value is "
+            "the median below (90th percentile beside it) from sampling noise alone (docs/results.md, \"Noise floor\"). ")
+    text += (f"**γ ∈ {{{', '.join(f'{g:g}' for g in below)}}} is at or below the validation floor**: whether a configuration meets it "
+             "on validation is decided mostly by which rows the split holds, so selection keeps the lucky configurations or the "
+             "constant predictor." if below else "Every γ of this study is above the validation floor.")
+    table = floor.drop(columns=["dataset", "constraint"]).rename(columns={"floor_median": "floor (median)", "floor_p90": "floor (90th pct.)"})
+    return head + [text, "", table.to_markdown(index=False), ""]
+
+
 def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFrame | None) -> Path:
     """The page's README.md from its study and what :func:`~raco_bench.report.draw.draw` made of it."""
     rows = drawn.rows
@@ -102,6 +120,7 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
                   "Per method, ε and γ: the selected configuration's number of steps T and ε spent (means over its phase-2 runs); per method "
                   "and ε: the medians over every phase-1 configuration, and the sweep's cap on T (`sweep.max_steps`). **Capped**: T reached "
                   "the cap with less than 90 % of ε spent (ringed in the figures).", "", _spending_markdown(drawn.spending, several), ""]
+    lines += _floor_lines(read_noise_floor(page, dataset, constraint), rows["gamma"])
     if references is not None and not references.empty:
         shown = references.drop(columns=[c for c in ("dataset",) if c in references.columns]).fillna({"epsilon": "non-private / not stated"})
         lines += ["## Published points overlaid (☆ in the figures whose x-axis is their quantity)", "", shown.to_markdown(index=False), ""]
@@ -120,8 +139,22 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     README; ``references``: the published points to overlay. Returns the files written."""
     study = Study.read(page)
     rows = study.rows
+    floor = _measured_floor(page, str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0]))
     refs = load_references(references, set(rows["dataset"]), str(rows["constraint"].iloc[0]))
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"
     drawn.rows[drawn.rows["phase"] == 2].to_csv(csv, index=False)
-    return drawn.files + [csv, write_readme(study, page, drawn, refs)]
+    return drawn.files + [csv, write_readme(study, page, drawn, refs)] + floor
+
+
+def _measured_floor(page: Path, dataset: str, constraint: str) -> list[Path]:
+    """Measure the page's noise floor when it has none for its dataset and constraint and the dataset can be loaded
+    (the measurement is seeded: the same file wherever it is made); the files written."""
+    if read_noise_floor(page, dataset, constraint) is not None:
+        return []
+    from raco_bench.data.files import MissingDataError
+
+    try:
+        return [write_noise_floor(page, dataset, constraint)]
+    except MissingDataError:  # the dataset is not here (nothing is downloaded for a page): the page says it was not measured
+        return []

@@ -1,0 +1,88 @@
+"""How small a γ a study's validation and test splits can tell apart from zero (docs/results.md, "Noise floor").
+
+A split is a sample of rows, so every rate it measures has sampling noise: a group of n rows measures its
+positive rate with a standard deviation of up to ½/√n, whatever the classifier. When that noise is as large as
+γ, whether a model "meets γ" on the split says more about which rows landed in it than about the model; a
+selection rule that keeps only configurations meeting γ on validation then keeps the lucky ones (or the constant
+predictor, which meets every gap constraint on every split).
+
+The floor is measured with the suite's own evaluation (eq. 6, hard predictions): ``draws`` classifiers that
+predict each row's class by a fair coin, independently of the row, are evaluated on each split; each constraint
+value's deviation from its mean over the draws is pure sampling noise. The floor is the median, over draws, of
+the largest deviation among the constraints (for a gap constraint, the max constraint of a classifier that is
+fair by construction), with its 90th percentile. A coin at ½ has the largest variance a rate of 0/1 predictions
+can have, so the floor bounds the sampling noise of any classifier's rates on that split.
+
+The splits' rows are evaluation data, not the protected training set (docs/privacy.md, "Threat model"), so the
+floor releases nothing the reported metrics do not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from raco_bench.constraints.builders import build_constraint
+from raco_bench.training.evaluation import EvalSplit, evaluate_logits
+
+NOISE_FLOOR = "noise_floor.csv"  # beside a study's parts: the floor of its dataset and constraint
+COLUMNS = ("dataset", "constraint", "split", "rows", "smallest_group_rows", "floor_median", "floor_p90", "draws")
+DRAWS = 1000
+CHUNK = 100  # coin draws evaluated at once (rows × CHUNK predictions in memory)
+
+
+def split_floor(split: EvalSplit, n_groups: int, n_classes: int, constraint: str, draws: int = DRAWS, seed: int = 0) -> tuple[float, float]:
+    """(median, 90th percentile) over ``draws`` fair coins of the largest deviation of a constraint value from its
+    mean over the draws, on ``split``."""
+    problem = build_constraint(constraint, n_groups, n_classes, 0.0)
+    rates = problem.compile(split.X.device)
+    generator = torch.Generator().manual_seed(seed)
+    values = []
+    for start in range(0, draws, CHUNK):
+        k = min(CHUNK, draws - start)
+        pred = torch.randint(0, n_classes, (len(split.y), k), generator=generator)
+        logits = torch.zeros(len(split.y), n_classes, k)
+        gammas = torch.zeros(k, problem.n_constraints)
+        metrics = evaluate_logits(logits, split, [1.0] * k, n_groups, n_classes, rates, gammas, pred=pred, losses=False)
+        values += [m["constraint_values"] for m in metrics]
+    v = np.asarray(values, dtype=float)  # draws × J
+    deviation = np.nanmax(v - np.nanmean(v, axis=0), axis=1)
+    return float(np.median(deviation)), float(np.quantile(deviation, 0.9))
+
+
+def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+    """The floor of ``dataset``'s validation and test splits under ``constraint`` (the sweeps' split, seed 0), one
+    row per split (:data:`COLUMNS`)."""
+    from raco_bench.data import load_dataset
+
+    ds = load_dataset(dataset, download=False)
+    problem = build_constraint(constraint, ds.n_groups, ds.n_classes, 0.0)
+    rows = []
+    for name in ("val", "test"):
+        split = getattr(ds, name)
+        evaluated = EvalSplit.from_split(split, problem.partition.assign(split.y, split.group), torch.device("cpu"))
+        median, p90 = split_floor(evaluated, ds.n_groups, ds.n_classes, constraint, draws, seed)
+        present = np.bincount(split.group, minlength=ds.n_groups)
+        rows.append(dict(dataset=dataset, constraint=constraint, split=name, rows=len(split.y), smallest_group_rows=int(present[present > 0].min()),
+                         floor_median=median, floor_p90=p90, draws=draws))
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def write_noise_floor(folder: Path, dataset: str, constraint: str) -> Path:
+    """Measure and write ``folder/noise_floor.csv`` (deterministic: the same file for the same split and constraint)."""
+    path = folder / NOISE_FLOOR
+    noise_floor(dataset, constraint).round(4).to_csv(path, index=False)
+    return path
+
+
+def read_noise_floor(folder: Path, dataset: str, constraint: str) -> pd.DataFrame | None:
+    """The page's floor when it was measured for this dataset and constraint, else None."""
+    path = folder / NOISE_FLOOR
+    if not path.is_file():
+        return None
+    floor = pd.read_csv(path)
+    floor = floor[(floor["dataset"] == dataset) & (floor["constraint"] == constraint)]
+    return floor if not floor.empty else None
