@@ -21,6 +21,8 @@ import numpy as np
 from raco_bench.audit.bounds import AuditBound, audit_epsilon
 from raco_bench.methods import DEFAULT_METHOD
 
+NO_EVALUATION = 10**9  # the attack reads only the released weights: no evaluation during training
+
 
 @dataclass(frozen=True)
 class PreprocessingAttack:
@@ -76,10 +78,14 @@ def worlds(attack: PreprocessingAttack, split_seed: int = 0):
     return d, d_prime
 
 
-def run_attack(attack: PreprocessingAttack, progress=None) -> AttackResult:
+def run_attack(attack: PreprocessingAttack) -> AttackResult:
+    """Train ``attack.runs`` runs per world, each world's runs as one pack (docs/packs.md: a pack trains each run
+    exactly as alone), with reproducible randomness so that seed s draws the same noise in both worlds."""
+    from dataclasses import replace
+
     import torch
 
-    from raco_bench.privacy.counter_rng import Stream
+    from raco_bench.packs.run import train_runs
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
 
@@ -89,19 +95,12 @@ def run_attack(attack: PreprocessingAttack, progress=None) -> AttackResult:
     out = {}
     claimed = 0.0
     cfg = RunConfig(dataset=attack.dataset, method=attack.method, epsilon=attack.epsilon, delta=attack.delta,
-                    preprocessing=attack.preprocessing, params=dict(attack.params))
+                    preprocessing=attack.preprocessing, params=dict(attack.params), randomness="reproducible",
+                    eval_every=NO_EVALUATION)
     for label, ds in (("D", d), ("D'", d_prime)):
-        run = prepare_run(cfg, ds)  # the plan does not depend on the seed: plan once per world
-        claimed = max(claimed, run.ctx.privacy["epsilon_spent"])
-        stats = []
-        for seed in range(attack.runs):
-            state = run.method.init_state(run.ctx, Stream(seed, run.ctx.device))
-            for _ in range(run.ctx.steps):
-                state = run.method.step(run.ctx, state)
-            w = run.method.params(state)["weight"]
-            stats.append(float(w[1, col] - w[0, col]))
-            if progress:
-                progress(label, seed)
-        out[label] = np.array(stats)
+        runs = [prepare_run(replace(cfg, seed=seed), ds) for seed in range(attack.runs)]
+        claimed = max(claimed, max(run.ctx.privacy["epsilon_spent"] for run in runs))
+        results = train_runs(runs)
+        out[label] = np.array([float(r.final_params["weight"][1, col] - r.final_params["weight"][0, col]) for r in results])
     bound = audit_epsilon(out["D"], out["D'"], attack.delta)
     return AttackResult(attack, bound, claimed, out["D"], out["D'"])
