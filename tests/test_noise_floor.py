@@ -39,6 +39,19 @@ def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_t
         assert p90 > median
 
 
+def test_a_one_sided_bound_has_a_floor_too(one_torch_thread):
+    """The FNR bound (binary: one constraint, the positives' false-negative rate) deviates both ways: its floor is
+    the median of |N(0, ½/√n₊)|, not of a signed deviation (about 0)."""
+    from raco_bench.constraints.builders import build_constraint
+
+    split = _two_groups(400, 100)
+    problem = build_constraint("false-negative-rate", 2, 2, 0.0)
+    split = EvalSplit(split.X, split.y, split.group, torch.as_tensor(problem.partition.assign(split.y.numpy(), split.group.numpy())))
+    median, _ = split_floor(split, 2, 2, "false-negative-rate", draws=2000)
+    expected = HALF_NORMAL_MEDIAN * 0.5 / math.sqrt(int(split.y.sum()))
+    assert abs(median - expected) < 0.08 * expected, (median, expected)
+
+
 def test_the_studies_floors_follow_their_smallest_groups(data_root):
     """On the real splits: the ACS sample's validation split has a group of 3 rows, so its floor is far above Adult's
     (groups of thousands), and each dataset's larger test split has the lower floor."""

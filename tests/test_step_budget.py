@@ -59,8 +59,10 @@ def test_a_run_trains_the_searched_steps_with_the_calibrated_noise(name):
 
     spent = events.epsilon(method.privacy_event(hyper, len(ds.train), event_budget), cfg.delta)
     assert 0.99 <= spent <= 1.0 + 1e-9  # the event (audits, accounted views) uses the calibrated σ too
-    with pytest.raises(ValueError, match="calibrates σ for T = 150"):  # σ for 150 steps composed over 300 would understate ε
+    with pytest.raises(ValueError, match="calibrates σ for T = 150"):  # 300 steps at σ for 150 overspend: no such run is trained
         method.privacy_event(hyper, len(ds.train), Budget(1.0, cfg.delta, 5000, steps=300))
+    fewer = events.epsilon(method.privacy_event(hyper, len(ds.train), Budget(1.0, cfg.delta, 5000, steps=100)), cfg.delta)
+    assert fewer < spent  # a run stopped early (a fixed --steps below train_steps) spends less, with the same σ
     assert execute(run).steps == 150
     with pytest.raises(ValueError, match="step_budget"):
         method.hyperparameters({"step_budget": "both"})

@@ -198,10 +198,11 @@ class LagrangianSGDA(Method):
             return None
         if budget.steps is None:
             raise ValueError(f"method {self.name}: the privacy event needs T (budget.steps); calibrate it first")
-        if hyper.step_budget == "steps" and int(budget.steps) != min(hyper.train_steps, budget.max_steps):
-            # σ is calibrated for T = train_steps (capped): an event over another T would compose a σ meant for a different T
+        if hyper.step_budget == "steps" and int(budget.steps) > min(hyper.train_steps, budget.max_steps):
+            # σ is calibrated to spend ε in T = train_steps (capped): more steps with it overspend, a run prepare refuses
             raise ValueError(f"method {self.name}: step_budget=steps calibrates σ for T = {min(hyper.train_steps, budget.max_steps)} "
-                             f"(train_steps, capped at max_steps) but the event asks for T = {budget.steps}; pass that T")
+                             f"(train_steps, capped at max_steps) but the event asks for T = {budget.steps}, which overspends the "
+                             "budget; pass the T the run trained")
         mech = self.step_mechanism(self.resolved(hyper, n_train, budget), n_train)
         return events.compose(SelfComposedDpEvent(events.step_event(mech), int(budget.steps)), events.selection_event(budget.selection))
 
