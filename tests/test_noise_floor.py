@@ -17,22 +17,22 @@ from raco_bench.training.evaluation import EvalSplit
 HALF_NORMAL_MEDIAN = 0.6745  # median of |N(0, 1)|
 
 
-def _two_groups(n0: int, n1: int) -> EvalSplit:
+def _two_groups(n0: int, n1: int, constraint: str) -> EvalSplit:
+    """Two groups of n0 and n1 rows, labels alternating, with each row's part under ``constraint``."""
+    from raco_bench.constraints.builders import build_constraint
+
     group = torch.cat([torch.zeros(n0, dtype=torch.long), torch.ones(n1, dtype=torch.long)])
     y = torch.arange(n0 + n1) % 2
-    return EvalSplit(torch.zeros(n0 + n1, 1), y, group, None)
+    parts = build_constraint(constraint, 2, 2, 0.0).partition.assign(y.numpy(), group.numpy())
+    return EvalSplit(torch.zeros(n0 + n1, 1), y, group, torch.as_tensor(parts))
 
 
 def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_thread):
     """Demographic parity, two groups: the max constraint of a fair coin is |r₀ − r₁|, so its median is that of
     |N(0, s)| with s = ½·√(1/n₀ + 1/n₁). A floor that divides by the wrong count, or measures the constraint of the
     wrong rates, misses it."""
-    from raco_bench.constraints.builders import build_constraint
-
     for n0, n1 in ((400, 100), (2000, 2000)):
-        split = _two_groups(n0, n1)
-        problem = build_constraint("demographic-parity", 2, 2, 0.0)
-        split = EvalSplit(split.X, split.y, split.group, torch.as_tensor(problem.partition.assign(split.y.numpy(), split.group.numpy())))
+        split = _two_groups(n0, n1, "demographic-parity")
         median, p90 = split_floor(split, 2, 2, "demographic-parity", draws=2000)
         expected = HALF_NORMAL_MEDIAN * 0.5 * math.sqrt(1 / n0 + 1 / n1)
         assert abs(median - expected) < 0.08 * expected, (n0, n1, median, expected)
@@ -42,11 +42,7 @@ def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_t
 def test_a_one_sided_bound_has_a_floor_too(one_torch_thread):
     """The FNR bound (binary: one constraint, the positives' false-negative rate) deviates both ways: its floor is
     the median of |N(0, ½/√n₊)|, not of a signed deviation (about 0)."""
-    from raco_bench.constraints.builders import build_constraint
-
-    split = _two_groups(400, 100)
-    problem = build_constraint("false-negative-rate", 2, 2, 0.0)
-    split = EvalSplit(split.X, split.y, split.group, torch.as_tensor(problem.partition.assign(split.y.numpy(), split.group.numpy())))
+    split = _two_groups(400, 100, "false-negative-rate")
     median, _ = split_floor(split, 2, 2, "false-negative-rate", draws=2000)
     expected = HALF_NORMAL_MEDIAN * 0.5 / math.sqrt(int(split.y.sum()))
     assert abs(median - expected) < 0.08 * expected, (median, expected)
