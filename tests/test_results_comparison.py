@@ -57,6 +57,24 @@ def test_dominance_and_matched_gamma_verdicts(tmp_path):
     assert tex.startswith("\\begin{table}") and "\\toprule" in tex and "adult-demographic-parity & 1 & dp-fermi" in tex
 
 
+def test_gammas_at_or_below_the_validation_noise_floor_are_counted_not_compared(tmp_path):
+    """A page whose noise_floor.csv puts the validation floor at 0.10: γ 0.05 and 0.10 (where RaCO-DP is clearly worse
+    and within noise) are only counted; γ 0.15 (clearly better) is the one comparison. Without the file every γ is compared."""
+    from raco_bench.report.noise_floor import COLUMNS as FLOOR_COLUMNS
+
+    rows = [("raco-dp", 1.0, g, i, 5, 0.04, 0.01, e, 0.002, 1.0) for i, (g, e) in enumerate([(0.05, 0.200), (0.10, 0.181), (0.15, 0.160)])]
+    rows += [("dp-fermi", 1.0, g, 7, 5, 0.05, 0.01, e, 0.002, 1.0) for g, e in [(0.05, 0.180), (0.10, 0.180), (0.15, 0.170)]]
+    _page(tmp_path, "adult-demographic-parity", rows)
+    unfloored = compare(load_pages(tmp_path)).set_index("method").loc["dp-fermi"]
+    assert (unfloored["gammas_compared"], unfloored["gammas_below_floor"], unfloored["raco_dp_higher_error"]) == (3, 0, 1)
+    floor = [("adult", "demographic-parity", split, 1000, 300, f, f * 1.5, 1000) for split, f in (("val", 0.10), ("test", 0.08))]
+    pd.DataFrame(floor, columns=list(FLOOR_COLUMNS)).to_csv(tmp_path / "adult-demographic-parity" / "noise_floor.csv", index=False)
+    fermi = compare(load_pages(tmp_path)).set_index("method").loc["dp-fermi"]
+    assert (fermi["gammas_compared"], fermi["gammas_below_floor"], fermi["raco_dp_lower_error"], fermi["raco_dp_higher_error"]) == (1, 2, 1, 0)
+    assert fermi["raco_dp_mean_error_matched"] == pytest.approx(0.160) and fermi["their_mean_error_matched"] == pytest.approx(0.170)
+    assert "gammas below floor" in write_comparison(tmp_path)[1].read_text()
+
+
 def test_no_page_is_a_clear_error(tmp_path):
     with pytest.raises(ReportError, match="no results page"):
         load_pages(tmp_path)

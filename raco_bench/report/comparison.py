@@ -9,8 +9,10 @@ method, the comparison states (docs/results.md):
   selected for several γ is one point), the share that some RaCO-DP point dominates (no worse on both, better on one), and the converse share;
 * **error at matched γ**: over the targets γ where both methods selected a configuration, how often RaCO-DP's mean
   test error is lower, equal within noise, or higher. "Within noise" is a difference below twice the standard error
-  of the difference of the two means;
-* **mean test error at matched γ**: RaCO-DP's and the other method's, averaged over the γ both selected for;
+  of the difference of the two means. A γ at or below the page's validation noise floor (``noise_floor.csv``,
+  :mod:`raco_bench.report.noise_floor`) is not compared: there, which configuration meets γ on validation is decided
+  by the split's rows more than by the method. Such γ are counted in their own column;
+* **mean test error at matched γ**: RaCO-DP's and the other method's, averaged over the γ compared;
 * **satisfaction** (Fig. 3): the share of phase-2 runs whose test constraint value meets γ, averaged over the γ each method
   selected a configuration for (RaCO-DP's and the other method's; a γ with no selection does not count).
 
@@ -27,6 +29,7 @@ import pandas as pd
 
 from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.report.load import ReportError
+from raco_bench.report.noise_floor import read_noise_floor
 from raco_bench.report.pareto import non_dominated
 
 REFERENCE = DEFAULT_METHOD  # the suite's own method, compared with each other method
@@ -45,7 +48,10 @@ def load_pages(root: Path) -> pd.DataFrame:
         runs = pd.read_csv(page / "phase2_runs.csv", usecols=["dataset", "constraint", "method", "privacy_notion"])
         notions = runs.drop_duplicates("method").set_index("method")["privacy_notion"]
         sat = pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}).rename(columns=OLD_COLUMNS)  # pages written before the rename
-        frames.append(sat.assign(study=page.name, dataset=runs["dataset"].iloc[0], constraint=runs["constraint"].iloc[0],
+        dataset, constraint = runs["dataset"].iloc[0], runs["constraint"].iloc[0]
+        floor = read_noise_floor(page, dataset, constraint)
+        val_floor = math.nan if floor is None else float(floor.loc[floor["split"] == "val", "floor_median"].iloc[0])
+        frames.append(sat.assign(study=page.name, dataset=dataset, constraint=constraint, val_floor=val_floor,
                                  privacy_notion=sat["method"].map(notions).fillna("")))
     return pd.concat(frames, ignore_index=True)
 
@@ -57,12 +63,15 @@ def _dominated_share(theirs: np.ndarray, ours: np.ndarray) -> float:
     return float(np.mean([not non_dominated(np.vstack([ours, p[None, :]]))[-1] for p in theirs]))
 
 
-def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int, float, float]:
-    """(lower, within noise, higher, RaCO-DP's mean error, theirs): RaCO-DP's test error against theirs at each γ both
-    selected a configuration for; the mean errors are over those same γ."""
+def _matched(ours: pd.DataFrame, theirs: pd.DataFrame, floor: float = math.nan) -> tuple[int, int, int, int, float, float]:
+    """(lower, within noise, higher, below the floor, RaCO-DP's mean error, theirs): RaCO-DP's test error against theirs
+    at each γ both selected a configuration for and above the validation noise ``floor`` (NaN: not measured, every γ
+    compared); the γ at or below it are only counted. The mean errors are over the γ compared."""
     both = ours.merge(theirs, on="gamma", suffixes=("_a", "_b"))
+    below = int((both["gamma"] <= floor).sum())
+    both = both[~(both["gamma"] <= floor)]
     if both.empty:
-        return 0, 0, 0, math.nan, math.nan
+        return 0, 0, 0, below, math.nan, math.nan
     lower = tie = higher = 0
     for _, r in both.iterrows():
         se = math.sqrt(r["test_error_sd_a"] ** 2 / max(r["n_runs_a"], 1) + r["test_error_sd_b"] ** 2 / max(r["n_runs_b"], 1))
@@ -73,7 +82,7 @@ def _matched(ours: pd.DataFrame, theirs: pd.DataFrame) -> tuple[int, int, int, f
             lower += 1
         else:
             higher += 1
-    return lower, tie, higher, float(both["test_error_a"].mean()), float(both["test_error_b"].mean())
+    return lower, tie, higher, below, float(both["test_error_a"].mean()), float(both["test_error_b"].mean())
 
 
 def _points(sel: pd.DataFrame) -> np.ndarray:
@@ -97,19 +106,21 @@ def compare(selections: pd.DataFrame) -> pd.DataFrame:
     rows = []
     sel = selections.fillna({"test_error_sd": 0.0, "test_max_constraint_sd": 0.0})
     for study, frame in sel.groupby("study"):
+        floor = float(frame["val_floor"].iloc[0]) if "val_floor" in frame else math.nan  # NaN: not measured, every γ compared
         for eps in sorted(e for e in frame["epsilon"].unique() if math.isfinite(e)):
             ours = frame[(frame["method"] == REFERENCE) & (frame["epsilon"] == eps)]
             if ours.empty:
                 continue
             panel = frame[((frame["epsilon"] == eps) | ~np.isfinite(frame["epsilon"])) & (frame["method"] != REFERENCE)]
             for method, theirs in panel.groupby("method"):
-                lower, tie, higher, our_error, their_error = _matched(ours, theirs)
+                lower, tie, higher, below, our_error, their_error = _matched(ours, theirs, floor)
                 rows.append({
                     "study": study, "dataset": frame["dataset"].iloc[0], "constraint": frame["constraint"].iloc[0], "epsilon": eps,
                     "method": method, "privacy_notion": theirs["privacy_notion"].iloc[0],
                     "their_points_dominated_by_raco_dp": _dominated_share(_points(theirs), _points(ours)),
                     "raco_dp_points_dominated_by_them": _dominated_share(_points(ours), _points(theirs)),
                     "gammas_compared": lower + tie + higher, "raco_dp_lower_error": lower, "within_noise": tie, "raco_dp_higher_error": higher,
+                    "gammas_below_floor": below,
                     "raco_dp_mean_error_matched": our_error, "their_mean_error_matched": their_error,
                     "raco_dp_share_meeting_gamma": float(ours["share_meeting"].mean()), "their_share_meeting_gamma": float(theirs["share_meeting"].mean()),
                 })

@@ -65,7 +65,7 @@ def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0
     rows = []
     for name in ("val", "test"):
         split = getattr(ds, name)
-        evaluated = EvalSplit.from_split(split, problem.partition.assign(split.y, split.group), torch.device("cpu"))
+        evaluated = EvalSplit.for_problem(split, problem, torch.device("cpu"))
         median, p90 = split_floor(evaluated, ds.n_groups, ds.n_classes, constraint, draws, seed)
         present = np.bincount(split.group, minlength=ds.n_groups)
         rows.append(dict(dataset=dataset, constraint=constraint, split=name, rows=len(split.y), smallest_group_rows=int(present[present > 0].min()),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raco_bench.report.comparison import write_comparison
+from raco_bench.report.published_match import write_published_match
 from raco_bench.report.results_page import build_page
 from raco_bench.report.study import has_parts
 
@@ -28,7 +29,8 @@ class Rebuilt:
 
 def rebuild_results(root: Path, references: Path | None = None) -> Rebuilt:
     """Rebuild each page in ``root`` that has parts (overlaying ``references``, default ``root/references.csv`` when it
-    exists), then write the comparison of every page; returns what was done."""
+    exists), then write the comparison of every page and, with published points, the match against them; returns what
+    was done."""
     if references is None and (root / REFERENCES).is_file():
         references = root / REFERENCES
     done = Rebuilt()
@@ -39,4 +41,6 @@ def rebuild_results(root: Path, references: Path | None = None) -> Rebuilt:
         elif (page / "satisfaction.csv").is_file():
             done.kept.append(page)
     done.files += write_comparison(root)
+    if references is not None:
+        done.files += write_published_match(root, references)
     return done

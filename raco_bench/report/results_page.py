@@ -94,8 +94,8 @@ def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
     return head + [text, "", table.to_markdown(index=False), ""]
 
 
-def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFrame | None) -> Path:
-    """The page's README.md from its study and what :func:`~raco_bench.report.draw.draw` made of it."""
+def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFrame | None, floor: pd.DataFrame | None) -> Path:
+    """The page's README.md from its study, what :func:`~raco_bench.report.draw.draw` made of it and its noise floor."""
     rows = drawn.rows
     dataset, constraint = rows["dataset"].iloc[0], rows["constraint"].iloc[0]
     note = data_note(rows)
@@ -120,7 +120,7 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
                   "Per method, ε and γ: the selected configuration's number of steps T and ε spent (means over its phase-2 runs); per method "
                   "and ε: the medians over every phase-1 configuration, and the sweep's cap on T (`sweep.max_steps`). **Capped**: T reached "
                   "the cap with less than 90 % of ε spent (ringed in the figures).", "", _spending_markdown(drawn.spending, several), ""]
-    lines += _floor_lines(read_noise_floor(page, dataset, constraint), rows["gamma"])
+    lines += _floor_lines(floor, rows["gamma"])
     if references is not None and not references.empty:
         shown = references.drop(columns=[c for c in ("dataset",) if c in references.columns]).fillna({"epsilon": "non-private / not stated"})
         lines += ["## Published points overlaid (☆ in the figures whose x-axis is their quantity)", "", shown.to_markdown(index=False), ""]
@@ -139,22 +139,25 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     README; ``references``: the published points to overlay. Returns the files written."""
     study = Study.read(page)
     rows = study.rows
-    floor = _measured_floor(page, str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0]))
-    refs = load_references(references, set(rows["dataset"]), str(rows["constraint"].iloc[0]))
+    dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
+    floor, measured = _noise_floor(page, dataset, constraint)
+    refs = load_references(references, set(rows["dataset"]), constraint)
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"
     drawn.rows[drawn.rows["phase"] == 2].to_csv(csv, index=False)
-    return drawn.files + [csv, write_readme(study, page, drawn, refs)] + floor
+    return drawn.files + [csv, write_readme(study, page, drawn, refs, floor)] + measured
 
 
-def _measured_floor(page: Path, dataset: str, constraint: str) -> list[Path]:
-    """Measure the page's noise floor when it has none for its dataset and constraint and the dataset can be loaded
-    (the measurement is seeded: the same file wherever it is made); the files written."""
-    if read_noise_floor(page, dataset, constraint) is not None:
-        return []
+def _noise_floor(page: Path, dataset: str, constraint: str) -> tuple[pd.DataFrame | None, list[Path]]:
+    """The page's noise floor for its dataset and constraint (None when it has none and the dataset cannot be loaded), and
+    the files written: it is measured when missing (seeded: the same file wherever it is made)."""
+    floor = read_noise_floor(page, dataset, constraint)
+    if floor is not None:
+        return floor, []
     from raco_bench.data.files import MissingDataError
 
     try:
-        return [write_noise_floor(page, dataset, constraint)]
+        path = write_noise_floor(page, dataset, constraint)
     except MissingDataError:  # the dataset is not here (nothing is downloaded for a page): the page says it was not measured
-        return []
+        return None, []
+    return read_noise_floor(page, dataset, constraint), [path]

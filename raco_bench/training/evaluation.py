@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from raco_bench.constraints.problem import CompiledRates
+from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import Split
 
 LOSS_METRICS = ("group_losses", "worst_group_loss", "max_soft_constraint")  # the costly metrics: every row's softplus and sigmoid
@@ -44,6 +44,11 @@ class EvalSplit:
             torch.as_tensor(split.group, device=device),
             None if part_ids is None else torch.as_tensor(part_ids, device=device),
         )
+
+    @staticmethod
+    def for_problem(split: Split, problem: RateProblem, device: torch.device) -> "EvalSplit":
+        """The split with each row's part of ``problem``'s partition (what the constraint rates are computed on)."""
+        return EvalSplit.from_split(split, problem.partition.assign(split.y, split.group), device)
 
     def rows(self, start: int, stop: int) -> "EvalSplit":
         """Rows ``start:stop`` of the split (views, no copy)."""

@@ -109,7 +109,7 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
 def _eval_split(ds: TabularDataset, name: str, split, problem, constraint: str, device: torch.device) -> EvalSplit:
     """A split as evaluation tensors, built once per dataset, device and constraint and shared by the runs prepared on it."""
     return ds.shared_tensors(("eval", name, str(device), constraint),
-                             lambda: EvalSplit.from_split(split, problem.partition.assign(split.y, split.group), device))
+                             lambda: EvalSplit.for_problem(split, problem, device))
 
 
 def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> dict:

@@ -1,0 +1,103 @@
+"""The suite's selected models against a published curve at the same ε and gap (docs/results.md, "Against the
+published points").
+
+A published method's points at one ε (DP-FERMI's sweep over its fairness weight λ, read from its ``Figures/*.pt``
+into ``references.csv``) trace a curve of error against a gap. For each model the suite selected for the method of
+the same privacy notion (:data:`COUNTERPARTS`) at that ε, the published error at the suite model's mean test gap is
+read off the curve by linear interpolation between the two published points around it. Outside the published range
+of gaps nothing is read (no extrapolation: the row says so). The difference is the suite's mean test error minus the
+published one, with the standard error of the suite's mean (over its phase-2 seeds; the published points carry none).
+
+This compares like with like only as far as the pipelines agree: a published point is the source's own run (its
+preprocessing, checkpoint and test split), which the page's note on each source states.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raco_bench.report.references import QUANTITIES, load_references
+
+COUNTERPARTS = {("dp-fermi", "A-only DP"): "dp-fermi-a-only"}  # (published method, its notion) -> the suite's method with that notion
+RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "sweep_id", "config_id", "test_error"]
+
+
+def published_error(curve: pd.DataFrame, gap: float) -> float:
+    """The published error at ``gap`` by linear interpolation along ``curve`` (columns constraint_value, error; one
+    method, notion and ε); NaN outside the curve's range of gaps or when it has fewer than two points."""
+    if len(curve) < 2 or not math.isfinite(gap):
+        return math.nan
+    points = curve.groupby("constraint_value", as_index=False)["error"].mean().sort_values("constraint_value")  # one error per gap
+    x, y = points["constraint_value"].to_numpy(float), points["error"].to_numpy(float)
+    if len(x) < 2 or not (x[0] <= gap <= x[-1]):
+        return math.nan
+    return float(np.interp(gap, x, y))
+
+
+def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFrame, study: str) -> pd.DataFrame:
+    """One row per γ for which the page selected a model of a counterpart of a published curve (``selected``: the
+    page's satisfaction.csv; ``runs``: its phase-2 runs) at an ε the curve was published for. A model trained without γ
+    that was selected for several γ is one model, shown on each of its γ rows."""
+    rows = []
+    for (method, notion), ours in COUNTERPARTS.items():
+        published = references[(references["method"] == method) & (references["notion"] == notion)]
+        mine = runs[runs["method"] == ours]  # a pipeline variant is labelled "METHOD (paper pipeline, …)": another method
+        for quantity in sorted(set(published["quantity"])):
+            column = QUANTITIES[quantity]
+            for _, sel in selected[selected["method"] == ours].iterrows():
+                curve = published[(published["quantity"] == quantity) & np.isclose(published["epsilon"].astype(float), sel["epsilon"])]
+                model = mine[(mine["epsilon"] == sel["epsilon"]) & (mine["config_id"] == sel["config_id"])
+                             & (mine["gamma"].isna() | (mine["gamma"] == sel["gamma"]))]
+                if "sweep_id" in selected.columns:  # config ids are per part
+                    model = model[model["sweep_id"] == str(sel["sweep_id"])]
+                if curve.empty or model.empty or column not in model.columns:
+                    continue
+                gap, error, n = float(model[column].mean()), float(model["test_error"].mean()), len(model)
+                at_gap = published_error(curve, gap)
+                rows.append({"study": study, "method": ours, "published": f"{method} [{notion}]", "epsilon": sel["epsilon"],
+                             "gamma": sel["gamma"], "config_id": sel["config_id"], "n_runs": n, "quantity": quantity, "suite_gap": gap,
+                             "suite_error": error, "suite_error_se": float(model["test_error"].std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+                             "published_error_at_gap": at_gap, "difference": error - at_gap,
+                             "published_gaps": f"[{curve['constraint_value'].min():.3g}, {curve['constraint_value'].max():.3g}]",
+                             "source": str(curve["source"].iloc[0]).rsplit(":", 1)[-1]})
+    return pd.DataFrame(rows)
+
+
+def match_published(root: Path, references: Path) -> pd.DataFrame:
+    """:func:`match_page` over every page under ``root`` whose phase-2 runs have the columns it reads."""
+    frames = []
+    for page in sorted(p.parent for p in root.glob("*/phase2_runs.csv") if (p.parent / "satisfaction.csv").is_file()):
+        head = pd.read_csv(page / "phase2_runs.csv", nrows=0).columns
+        if not set(RUN_COLUMNS) <= set(head):
+            continue  # a page whose runs lack a column read here: nothing to match
+        runs = pd.read_csv(page / "phase2_runs.csv", usecols=[c for c in RUN_COLUMNS + list(QUANTITIES.values()) if c in head],
+                           dtype={"sweep_id": str})
+        refs = load_references(references, set(runs["dataset"]), str(runs["constraint"].iloc[0]))
+        if refs is not None and not refs.empty:
+            frames.append(match_page(runs, pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}), refs, page.name))
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_published_match(root: Path, references: Path) -> list[Path]:
+    """``published_match.csv`` and ``published_match.md`` in ``root`` (nothing when no page has a counterpart)."""
+    table = match_published(root, references)
+    if table.empty:
+        return []
+    csv, md = root / "published_match.csv", root / "published_match.md"
+    table.to_csv(csv, index=False)
+    shown = table.drop(columns=["source"]).round(4)
+    sources = "; ".join(sorted(set(table["source"])))
+    md.write_text(
+        "# The suite's selected models against the published curves, at the same ε and gap\n\n"
+        f"Written by `raco-bench results {root}` from each page's phase2_runs.csv and {references.name} (docs/results.md, "
+        "\"Against the published points\"). For each model the suite selected for the method with the published points' privacy "
+        "notion, the published error at the model's mean test gap is interpolated linearly between the published points around it "
+        "(empty outside the published range of gaps: no extrapolation). difference = the suite's mean test error minus that "
+        "published error; suite error se = the standard error of the suite's mean over its phase-2 seeds. The published points "
+        f"are the source's own runs, under its own pipeline. Sources: {sources}.\n\n" + shown.to_markdown(index=False) + "\n")
+    return [csv, md]
