@@ -84,3 +84,24 @@ def test_without_the_dataset_the_page_says_the_floor_was_not_measured(tmp_path, 
     build_page(page)
     assert not (page / NOISE_FLOOR).exists()
     assert "Not measured: the dataset was not available" in (page / "README.md").read_text()
+
+
+def test_a_kept_page_without_parts_gets_its_floor_so_the_comparison_discounts_it_too(tmp_path, data_root):
+    """`raco-bench results` keeps a page written before pages carried their data; it measures that page's floor
+    (from its phase2_runs' dataset and constraint), and the comparison then counts the γ below it."""
+    from raco_bench.report.rebuild import rebuild_results
+
+    page = tmp_path / "parkinsons-demographic-parity"
+    page.mkdir()
+    columns = ["method", "epsilon", "gamma", "config_id", "n_runs", "test_max_constraint", "test_max_constraint_sd", "test_error",
+               "test_error_sd", "share_meeting"]
+    rows = [(m, 1.0, g, 0, 5, 0.01, 0.01, e, 0.002, 1.0) for m, e in (("raco-dp", 0.1), ("dp-fermi", 0.2)) for g in (0.001, 0.5)]
+    pd.DataFrame(rows, columns=columns).to_csv(page / "satisfaction.csv", index=False)
+    pd.DataFrame({"dataset": ["parkinsons"] * 2, "constraint": ["demographic-parity"] * 2, "method": ["raco-dp", "dp-fermi"],
+                  "privacy_notion": ["record-level add/remove DP"] * 2}).to_csv(page / "phase2_runs.csv", index=False)
+    done = rebuild_results(tmp_path)
+    assert done.kept == [page] and page / NOISE_FLOOR in done.files
+    floor = pd.read_csv(page / NOISE_FLOOR)
+    assert set(floor["dataset"]) == {"parkinsons"} and 0.001 < floor["floor_median"].min() < 0.5
+    fermi = pd.read_csv(tmp_path / "comparison.csv").set_index("method").loc["dp-fermi"]
+    assert (fermi["gammas_compared"], fermi["gammas_below_floor"], fermi["raco_dp_lower_error"]) == (1, 1, 1)

@@ -88,3 +88,19 @@ def read_noise_floor(folder: Path, dataset: str, constraint: str) -> pd.DataFram
     floor = pd.read_csv(path)
     floor = floor[(floor["dataset"] == dataset) & (floor["constraint"] == constraint)]
     return floor if not floor.empty else None
+
+
+def measured_noise_floor(folder: Path, dataset: str, constraint: str) -> tuple[pd.DataFrame | None, list[Path]]:
+    """``folder``'s floor for ``dataset`` and ``constraint``, measured and written first when it has none (seeded: the
+    same file wherever it is made), and the files written. None when it has none and the dataset cannot be loaded
+    here (nothing is downloaded for a page)."""
+    floor = read_noise_floor(folder, dataset, constraint)
+    if floor is not None:
+        return floor, []
+    from raco_bench.data.files import MissingDataError
+
+    try:
+        path = write_noise_floor(folder, dataset, constraint)
+    except MissingDataError:
+        return None, []
+    return read_noise_floor(folder, dataset, constraint), [path]

@@ -2,7 +2,8 @@
 
 A page with ``parts/`` (:mod:`raco_bench.report.study`) is rebuilt from those files alone (no MLflow store, so it
 works in a fresh clone); a page without (written before pages carried their data) is kept as it is, and the
-comparison reads its ``satisfaction.csv`` and ``phase2_runs.csv`` as before.
+comparison reads its ``satisfaction.csv`` and ``phase2_runs.csv`` as before; its ``noise_floor.csv`` is added
+when missing and its dataset is here, so the comparison discounts the same γ on every page.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from raco_bench.report.comparison import write_comparison
+from raco_bench.report.noise_floor import measured_noise_floor
 from raco_bench.report.published_match import write_published_match
 from raco_bench.report.results_page import build_page
 from raco_bench.report.study import has_parts
@@ -40,7 +44,17 @@ def rebuild_results(root: Path, references: Path | None = None) -> Rebuilt:
             done.pages.append(page)
         elif (page / "satisfaction.csv").is_file():
             done.kept.append(page)
+            done.files += _kept_page_floor(page)
     done.files += write_comparison(root)
     if references is not None:
         done.files += write_published_match(root, references)
     return done
+
+
+def _kept_page_floor(page: Path) -> list[Path]:
+    """A kept page's noise floor (measured when missing and its dataset is here), which the comparison reads."""
+    runs = page / "phase2_runs.csv"
+    if not runs.is_file():
+        return []
+    first = pd.read_csv(runs, usecols=["dataset", "constraint"], nrows=1)
+    return measured_noise_floor(page, str(first["dataset"].iloc[0]), str(first["constraint"].iloc[0]))[1]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from raco_bench.report import figures
 from raco_bench.report.draw import Drawn, data_note, draw
-from raco_bench.report.noise_floor import NOISE_FLOOR, read_noise_floor, write_noise_floor
+from raco_bench.report.noise_floor import NOISE_FLOOR, measured_noise_floor
 from raco_bench.report.protocol import protocol_note
 from raco_bench.report.references import load_references
 from raco_bench.report.study import PARTS, Part, Study, part_bytes
@@ -140,24 +140,9 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     study = Study.read(page)
     rows = study.rows
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
-    floor, measured = _noise_floor(page, dataset, constraint)
+    floor, measured = measured_noise_floor(page, dataset, constraint)
     refs = load_references(references, set(rows["dataset"]), constraint)
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"
     drawn.rows[drawn.rows["phase"] == 2].to_csv(csv, index=False)
     return drawn.files + [csv, write_readme(study, page, drawn, refs, floor)] + measured
-
-
-def _noise_floor(page: Path, dataset: str, constraint: str) -> tuple[pd.DataFrame | None, list[Path]]:
-    """The page's noise floor for its dataset and constraint (None when it has none and the dataset cannot be loaded), and
-    the files written: it is measured when missing (seeded: the same file wherever it is made)."""
-    floor = read_noise_floor(page, dataset, constraint)
-    if floor is not None:
-        return floor, []
-    from raco_bench.data.files import MissingDataError
-
-    try:
-        path = write_noise_floor(page, dataset, constraint)
-    except MissingDataError:  # the dataset is not here (nothing is downloaded for a page): the page says it was not measured
-        return None, []
-    return read_noise_floor(page, dataset, constraint), [path]
