@@ -25,6 +25,11 @@ def _study(root):
     runs += [dict(base, method=f"{A_ONLY} (paper pipeline, OUTSIDE THE BUDGET)",
                   epsilon=1.0, gamma=math.nan, config_id=4, test_error=0.1, test_dp_gap=0.06)]
     runs += [dict(base, method=A_ONLY, epsilon=3.0, gamma=math.nan, config_id=9, test_error=0.2, test_dp_gap=0.06)]
+    # what must not be pooled with configuration 4's runs: the same id at another ε, in another part, and a run that
+    # carries another γ (as a method trained with γ records it)
+    runs += [dict(base, method=A_ONLY, epsilon=3.0, gamma=math.nan, config_id=4, test_error=0.4, test_dp_gap=0.09),
+             dict(base, method=A_ONLY, epsilon=1.0, gamma=math.nan, config_id=4, test_error=0.4, test_dp_gap=0.09, sweep_id="bbb"),
+             dict(base, method=A_ONLY, epsilon=1.0, gamma=0.5, config_id=4, test_error=0.4, test_dp_gap=0.09)]
     pd.DataFrame(runs).to_csv(page / "phase2_runs.csv", index=False)
     selected = [(A_ONLY, 1.0, g, 4, "aaa") for g in (0.05, 0.10)] + [(A_ONLY, 3.0, 0.05, 9, "aaa"),
                                                                         (f"{A_ONLY} (paper pipeline, OUTSIDE THE BUDGET)", 1.0, 0.05, 4, "aaa")]
@@ -64,3 +69,10 @@ def test_no_counterpart_writes_nothing(tmp_path):
     frame = pd.read_csv(tmp_path / "adult-demographic-parity" / "phase2_runs.csv")
     frame.assign(method=frame["method"].str.replace(A_ONLY, "dp-fermi")).to_csv(tmp_path / "adult-demographic-parity" / "phase2_runs.csv", index=False)
     assert write_published_match(tmp_path, refs) == [] and not (tmp_path / "published_match.md").exists()
+
+
+def test_selections_that_do_not_name_their_part_are_not_matched_across_parts(tmp_path):
+    refs = _study(tmp_path)  # its runs hold two parts, aaa and bbb
+    page = tmp_path / "adult-demographic-parity"
+    pd.read_csv(page / "satisfaction.csv").drop(columns=["sweep_id"]).to_csv(page / "satisfaction.csv", index=False)
+    assert match_published(tmp_path, refs).empty

@@ -29,7 +29,7 @@ import pandas as pd
 
 from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.report.load import ReportError
-from raco_bench.report.noise_floor import read_noise_floor
+from raco_bench.report.noise_floor import read_noise_floor, validation_floor
 from raco_bench.report.pareto import non_dominated
 
 REFERENCE = DEFAULT_METHOD  # the suite's own method, compared with each other method
@@ -49,8 +49,7 @@ def load_pages(root: Path) -> pd.DataFrame:
         notions = runs.drop_duplicates("method").set_index("method")["privacy_notion"]
         sat = pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}).rename(columns=OLD_COLUMNS)  # pages written before the rename
         dataset, constraint = runs["dataset"].iloc[0], runs["constraint"].iloc[0]
-        floor = read_noise_floor(page, dataset, constraint)
-        val_floor = math.nan if floor is None else float(floor.loc[floor["split"] == "val", "floor_median"].iloc[0])
+        val_floor = validation_floor(read_noise_floor(page, dataset, constraint))
         frames.append(sat.assign(study=page.name, dataset=dataset, constraint=constraint, val_floor=val_floor,
                                  privacy_notion=sat["method"].map(notions).fillna("")))
     return pd.concat(frames, ignore_index=True)

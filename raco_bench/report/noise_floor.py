@@ -90,6 +90,12 @@ def read_noise_floor(folder: Path, dataset: str, constraint: str) -> pd.DataFram
     return floor if not floor.empty else None
 
 
+def validation_floor(floor: pd.DataFrame | None) -> float:
+    """The validation split's median floor (what decides selection); NaN when there is none."""
+    val = floor[floor["split"] == "val"]["floor_median"] if floor is not None else pd.Series(dtype=float)
+    return float(val.iloc[0]) if len(val) else float("nan")
+
+
 def measured_noise_floor(folder: Path, dataset: str, constraint: str) -> tuple[pd.DataFrame | None, list[Path]]:
     """``folder``'s floor for ``dataset`` and ``constraint``, measured and written first when it has none (seeded: the
     same file wherever it is made), and the files written. None when it has none and the dataset cannot be loaded

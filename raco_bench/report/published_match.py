@@ -8,8 +8,10 @@ read off the curve by linear interpolation between the two published points arou
 of gaps nothing is read (no extrapolation: the row says so). The difference is the suite's mean test error minus the
 published one, with the standard error of the suite's mean (over its phase-2 seeds; the published points carry none).
 
-This compares like with like only as far as the pipelines agree: a published point is the source's own run (its
-preprocessing, checkpoint and test split), which the page's note on each source states.
+This compares like with like only as far as the pipelines agree. A published point is the source's own run (its
+preprocessing, checkpoint and test split) at its own δ (DP-FERMI's code takes δ = 1/n², the suite 1e-5: the same ε
+is a slightly stronger guarantee there). A published curve is a sweep of one hyperparameter at fixed others, not a
+selected front, and need not be monotone; it is interpolated as published, point to point.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pandas as pd
 from raco_bench.report.references import QUANTITIES, load_references
 
 COUNTERPARTS = {("dp-fermi", "A-only DP"): "dp-fermi-a-only"}  # (published method, its notion) -> the suite's method with that notion
-RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "sweep_id", "config_id", "test_error"]
+RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "config_id", "test_error"]  # and sweep_id when a page has parts
 
 
 def published_error(curve: pd.DataFrame, gap: float) -> float:
@@ -43,6 +45,9 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
     page's satisfaction.csv; ``runs``: its phase-2 runs) at an ε the curve was published for. A model trained without γ
     that was selected for several γ is one model, shown on each of its γ rows."""
     rows = []
+    by_part = "sweep_id" in selected.columns and "sweep_id" in runs.columns  # config ids are per part
+    if not by_part and "sweep_id" in runs.columns and runs["sweep_id"].nunique() > 1:
+        return pd.DataFrame()  # selections that do not name their part: a config id could pool models of several parts
     for (method, notion), ours in COUNTERPARTS.items():
         published = references[(references["method"] == method) & (references["notion"] == notion)]
         mine = runs[runs["method"] == ours]  # a pipeline variant is labelled "METHOD (paper pipeline, …)": another method
@@ -52,7 +57,7 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
                 curve = published[(published["quantity"] == quantity) & np.isclose(published["epsilon"].astype(float), sel["epsilon"])]
                 model = mine[(mine["epsilon"] == sel["epsilon"]) & (mine["config_id"] == sel["config_id"])
                              & (mine["gamma"].isna() | (mine["gamma"] == sel["gamma"]))]
-                if "sweep_id" in selected.columns:  # config ids are per part
+                if by_part:
                     model = model[model["sweep_id"] == str(sel["sweep_id"])]
                 if curve.empty or model.empty or column not in model.columns:
                     continue
@@ -74,8 +79,10 @@ def match_published(root: Path, references: Path) -> pd.DataFrame:
         head = pd.read_csv(page / "phase2_runs.csv", nrows=0).columns
         if not set(RUN_COLUMNS) <= set(head):
             continue  # a page whose runs lack a column read here: nothing to match
-        runs = pd.read_csv(page / "phase2_runs.csv", usecols=[c for c in RUN_COLUMNS + list(QUANTITIES.values()) if c in head],
+        runs = pd.read_csv(page / "phase2_runs.csv", usecols=[c for c in RUN_COLUMNS + ["sweep_id"] + list(QUANTITIES.values()) if c in head],
                            dtype={"sweep_id": str})
+        if runs.empty:
+            continue
         refs = load_references(references, set(runs["dataset"]), str(runs["constraint"].iloc[0]))
         if refs is not None and not refs.empty:
             frames.append(match_page(runs, pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}), refs, page.name))
@@ -99,5 +106,6 @@ def write_published_match(root: Path, references: Path) -> list[Path]:
         "notion, the published error at the model's mean test gap is interpolated linearly between the published points around it "
         "(empty outside the published range of gaps: no extrapolation). difference = the suite's mean test error minus that "
         "published error; suite error se = the standard error of the suite's mean over its phase-2 seeds. The published points "
-        f"are the source's own runs, under its own pipeline. Sources: {sources}.\n\n" + shown.to_markdown(index=False) + "\n")
+        "are the source's own runs, under its own pipeline and its own δ (DP-FERMI's code: δ = 1/n²; the suite: 1e-5), and a "
+        f"published curve is a sweep of one hyperparameter, not a selected front. Sources: {sources}.\n\n" + shown.to_markdown(index=False) + "\n")
     return [csv, md]

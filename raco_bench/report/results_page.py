@@ -17,7 +17,7 @@ import pandas as pd
 
 from raco_bench.report import figures
 from raco_bench.report.draw import Drawn, data_note, draw
-from raco_bench.report.noise_floor import NOISE_FLOOR, measured_noise_floor
+from raco_bench.report.noise_floor import NOISE_FLOOR, measured_noise_floor, validation_floor
 from raco_bench.report.protocol import protocol_note
 from raco_bench.report.references import load_references
 from raco_bench.report.study import PARTS, Part, Study, part_bytes
@@ -83,13 +83,14 @@ def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
     if floor is None:
         return head + ["Not measured: the dataset was not available where this page was built (`raco-bench results` measures it "
                        "when `RACO_BENCH_DATA` holds it).", ""]
-    val = floor[floor["split"] == "val"]["floor_median"].iloc[0]
+    val = validation_floor(floor)
     below = sorted(g for g in {float(g) for g in gammas if g == g} if g <= val)
     text = ("A classifier that predicts by a fair coin is fair by construction; on these splits its largest constraint value is "
             "the median below (90th percentile beside it) from sampling noise alone (docs/results.md, \"Noise floor\"). ")
     text += (f"**γ ∈ {{{', '.join(f'{g:g}' for g in below)}}} is at or below the validation floor**: whether a configuration meets it "
              "on validation is decided mostly by which rows the split holds, so selection keeps the lucky configurations or the "
-             "constant predictor." if below else "Every γ of this study is above the validation floor.")
+             "constant predictor." if below else "Every γ of this study is above the validation floor." if val == val
+             else "The file has no validation row, so no γ is named.")
     table = floor.drop(columns=["dataset", "constraint"]).rename(columns={"floor_median": "floor (median)", "floor_p90": "floor (90th pct.)"})
     return head + [text, "", table.to_markdown(index=False), ""]
 
