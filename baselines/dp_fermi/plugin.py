@@ -337,3 +337,4 @@ class DPFermiAttributeOnly(DPFermi):
     variant_of = "dp-fermi"
     style = ("#EE6677", "p")  # dp-fermi's colour, its own marker
     in_default_sweeps = False  # a study names it (the papers' comparison); a default sweep compares record-level guarantees
+    published_as = ("dp-fermi", "A-only DP")  # DP-FERMI's published figure data are under this notion (docs/results.md)

@@ -136,6 +136,7 @@ class Method(ABC):
     final_only: ClassVar[bool] = False  # True: only the last step yields the method's model (the only checkpoint a rule may pick)
     pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
     engine: ClassVar[type | None] = None  # its batched engine (the protocol of raco_bench.packs.engine), if it has one
+    published_as: ClassVar[tuple[str, str] | None] = None  # (method, privacy notion) of the published points it reproduces (results/references.csv)
 
     def hyperparameters(self, overrides: dict[str, Any] | None = None) -> Any:
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""

@@ -3,7 +3,7 @@ published points").
 
 A published method's points at one ε (DP-FERMI's sweep over its fairness weight λ, read from its ``Figures/*.pt``
 into ``references.csv``) trace a curve of error against a gap. For each model the suite selected for the method of
-the same privacy notion (:data:`COUNTERPARTS`) at that ε, the published error at the suite model's mean test gap is
+the same privacy notion (its ``published_as``) at that ε, the published error at the suite model's mean test gap is
 read off the curve by linear interpolation between the two published points around it. Outside the published range
 of gaps nothing is read (no extrapolation: the row says so). The difference is the suite's mean test error minus the
 published one, with the standard error of the suite's mean (over its phase-2 seeds; the published points carry none).
@@ -24,7 +24,13 @@ import pandas as pd
 
 from raco_bench.report.references import QUANTITIES, load_references
 
-COUNTERPARTS = {("dp-fermi", "A-only DP"): "dp-fermi-a-only"}  # (published method, its notion) -> the suite's method with that notion
+
+def counterparts() -> dict[tuple[str, str], str]:
+    """(published method, its notion) -> the suite's method that reproduces it (a method's ``published_as``)."""
+    from raco_bench.methods import registry
+
+    return {cls.published_as: name for name, cls in registry().items() if cls.published_as is not None}
+
 RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "config_id", "test_error"]  # and sweep_id when a page has parts
 
 
@@ -48,7 +54,7 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
     by_part = "sweep_id" in selected.columns and "sweep_id" in runs.columns  # config ids are per part
     if not by_part and "sweep_id" in runs.columns and runs["sweep_id"].nunique() > 1:
         return pd.DataFrame()  # selections that do not name their part: a config id could pool models of several parts
-    for (method, notion), ours in COUNTERPARTS.items():
+    for (method, notion), ours in counterparts().items():
         published = references[(references["method"] == method) & (references["notion"] == notion)]
         mine = runs[runs["method"] == ours]  # a pipeline variant is labelled "METHOD (paper pipeline, …)": another method
         for quantity in sorted(set(published["quantity"])):
