@@ -24,6 +24,8 @@ import pandas as pd
 
 from raco_bench.report.references import QUANTITIES, load_references
 
+RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "config_id", "test_error"]  # and sweep_id when a page has parts
+
 
 def counterparts() -> dict[tuple[str, str], str]:
     """(published method, its notion) -> the suite's method that reproduces it (a method's ``published_as``)."""
@@ -31,13 +33,11 @@ def counterparts() -> dict[tuple[str, str], str]:
 
     return {cls.published_as: name for name, cls in registry().items() if cls.published_as is not None}
 
-RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "config_id", "test_error"]  # and sweep_id when a page has parts
-
 
 def published_error(curve: pd.DataFrame, gap: float) -> float:
     """The published error at ``gap`` by linear interpolation along ``curve`` (columns constraint_value, error; one
     method, notion and ε); NaN outside the curve's range of gaps or when it has fewer than two points."""
-    if len(curve) < 2 or not math.isfinite(gap):
+    if not math.isfinite(gap):
         return math.nan
     points = curve.groupby("constraint_value", as_index=False)["error"].mean().sort_values("constraint_value")  # one error per gap
     x, y = points["constraint_value"].to_numpy(float), points["error"].to_numpy(float)
@@ -46,15 +46,16 @@ def published_error(curve: pd.DataFrame, gap: float) -> float:
     return float(np.interp(gap, x, y))
 
 
-def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFrame, study: str) -> pd.DataFrame:
-    """One row per γ for which the page selected a model of a counterpart of a published curve (``selected``: the
-    page's satisfaction.csv; ``runs``: its phase-2 runs) at an ε the curve was published for. A model trained without γ
-    that was selected for several γ is one model, shown on each of its γ rows."""
+def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFrame, study: str,
+               pairs: dict[tuple[str, str], str]) -> pd.DataFrame:
+    """One row per γ for which the page selected a model of a counterpart of a published curve (``pairs``, from
+    :func:`counterparts`; ``selected``: the page's satisfaction.csv; ``runs``: its phase-2 runs) at an ε the curve was
+    published for. A model trained without γ that was selected for several γ is one model, shown on each of its γ rows."""
     rows = []
     by_part = "sweep_id" in selected.columns and "sweep_id" in runs.columns  # config ids are per part
     if not by_part and "sweep_id" in runs.columns and runs["sweep_id"].nunique() > 1:
         return pd.DataFrame()  # selections that do not name their part: a config id could pool models of several parts
-    for (method, notion), ours in counterparts().items():
+    for (method, notion), ours in pairs.items():
         published = references[(references["method"] == method) & (references["notion"] == notion)]
         mine = runs[runs["method"] == ours]  # a pipeline variant is labelled "METHOD (paper pipeline, …)": another method
         for quantity in sorted(set(published["quantity"])):
@@ -80,18 +81,15 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
 
 def match_published(root: Path, references: Path) -> pd.DataFrame:
     """:func:`match_page` over every page under ``root`` whose phase-2 runs have the columns it reads."""
-    frames = []
+    frames, pairs = [], counterparts()
+    wanted = set(RUN_COLUMNS) | {"sweep_id"} | set(QUANTITIES.values())
     for page in sorted(p.parent for p in root.glob("*/phase2_runs.csv") if (p.parent / "satisfaction.csv").is_file()):
-        head = pd.read_csv(page / "phase2_runs.csv", nrows=0).columns
-        if not set(RUN_COLUMNS) <= set(head):
-            continue  # a page whose runs lack a column read here: nothing to match
-        runs = pd.read_csv(page / "phase2_runs.csv", usecols=[c for c in RUN_COLUMNS + ["sweep_id"] + list(QUANTITIES.values()) if c in head],
-                           dtype={"sweep_id": str})
-        if runs.empty:
-            continue
+        runs = pd.read_csv(page / "phase2_runs.csv", usecols=lambda c: c in wanted, dtype={"sweep_id": str})
+        if runs.empty or not set(RUN_COLUMNS) <= set(runs.columns):
+            continue  # no runs, or runs that lack a column read here: nothing to match
         refs = load_references(references, set(runs["dataset"]), str(runs["constraint"].iloc[0]))
         if refs is not None and not refs.empty:
-            frames.append(match_page(runs, pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}), refs, page.name))
+            frames.append(match_page(runs, pd.read_csv(page / "satisfaction.csv", dtype={"sweep_id": str}), refs, page.name, pairs))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

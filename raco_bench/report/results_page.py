@@ -11,6 +11,7 @@ and then builds the page; ``raco-bench results`` rebuilds it from the files alon
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -89,7 +90,7 @@ def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
             "the median below (90th percentile beside it) from sampling noise alone (docs/results.md, \"Noise floor\"). ")
     text += (f"**γ ∈ {{{', '.join(f'{g:g}' for g in below)}}} is at or below the validation floor**: whether a configuration meets it "
              "on validation is decided mostly by which rows the split holds, so selection keeps the lucky configurations or the "
-             "constant predictor." if below else "Every γ of this study is above the validation floor." if val == val
+             "constant predictor." if below else "Every γ of this study is above the validation floor." if not math.isnan(val)
              else "The file has no validation row, so no γ is named.")
     table = floor.drop(columns=["dataset", "constraint"]).rename(columns={"floor_median": "floor (median)", "floor_p90": "floor (90th pct.)"})
     return head + [text, "", table.to_markdown(index=False), ""]
