@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from raco_bench.packs.draws import block_steps
 from raco_bench.training.evaluation import EVAL_ROWS_CPU, EVAL_ROWS_GPU
 
 HISTORY_ENTRY_BYTES = 2_400  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
@@ -27,7 +28,7 @@ class PackMemory:
     """Bytes a pack of K configurations holds at its peak, by part."""
 
     tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's), and the working set
-    state: int  # parameters, multipliers, settings and one step's noise draws of every configuration
+    state: int  # parameters, multipliers, settings and the noise draws held ahead (raco_bench.packs.draws)
     step: int  # one chunk's per-slot arrays
     evaluation: int  # one chunk of a batched evaluation of the K models, and the validation logits private selection reads
     history: int  # every configuration's recorded evaluations, kept until the pack ends
@@ -60,7 +61,8 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
         counts[b] = counts.get(b, 0) + 1
     widest = max(n * expected_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
     step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
-    state = K * (3 * 4 * (c * d + c) + 8 * (c * d + c + n_parts * c) + 64 * 4)  # params, update, noise (float64) and settings
+    noise = sum(8 * K * count * block_steps(K, count) for count in (c * d + c, n_parts * c))  # Gaussian and Laplace drawn ahead
+    state = K * (3 * 4 * (c * d + c) + 64 * 4) + noise  # params, update, settings and the noise blocks (float64)
     tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
     chunk = min(eval_rows, EVAL_ROWS_GPU if gpu else EVAL_ROWS_CPU)
     evaluation = EVAL_BYTES_PER_ROW * chunk * c * K + (4 * eval_rows * c * K if selection else 0)

@@ -154,7 +154,7 @@ def load_or_create_key(path: Path) -> bytes:
 
 @dataclass(frozen=True)
 class StreamKeys:
-    """The streams of many configurations for one (step, purpose): the 64-bit SplitMix64 key of each and the
+    """The streams of many configurations for a (step, purpose) each: the 64-bit SplitMix64 key of each and the
     (step, purpose) tag that completes its AES counter block, plus the word source."""
 
     key: torch.Tensor  # int64

@@ -24,6 +24,7 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.methods.lagrangian.step import lagrangian_report
+from raco_bench.packs.draws import DrawAhead
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
@@ -71,6 +72,17 @@ class PackSettings:
 
     @functools.cached_property
     def _subsets(self) -> dict[tuple[int, ...], "PackSettings"]:
+        return {}
+
+    def ahead(self, purpose: int, count: int, draw) -> DrawAhead:
+        """The draws of ``purpose`` (``count`` per configuration and step, by ``draw``) for these configurations, drawn
+        a block of steps at a time (:mod:`raco_bench.packs.draws`); one per purpose for the settings' life."""
+        if purpose not in self._ahead:
+            self._ahead[purpose] = DrawAhead(self.seeds, purpose, count, draw, self.source, int(self.steps.max()))
+        return self._ahead[purpose]
+
+    @functools.cached_property
+    def _ahead(self) -> dict[int, DrawAhead]:
         return {}
 
     @functools.cached_property
@@ -148,12 +160,13 @@ class StepNoise:
 
     @staticmethod
     def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
-        """Each distinct (batch stream, q) draws its batch once; the configurations that share it share the rows."""
+        """Each distinct (batch stream, q) draws its batch once; the configurations that share it share the rows. The
+        Laplace and Gaussian draws come from blocks drawn ahead (the same numbers, fewer generator calls)."""
         distinct, batch = s.batch_draws
         rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
         c, d = data.n_classes, data.X.shape[1]
-        lap = rng.laplace(rng.stream_keys(s.seeds, t, rng.LAPLACE, s.source), data.n_parts * c) if s.private and s.constrained else None
-        gauss = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c) if s.private else None
+        lap = s.ahead(rng.LAPLACE, data.n_parts * c, rng.laplace).at(t) if s.private and s.constrained else None
+        gauss = s.ahead(rng.GAUSSIAN, c * d + c, rng.normal).at(t) if s.private else None
         return StepNoise(rows[batch], valid[batch], lap, gauss, batch)
 
     def shared_groups(self, min_size: int = 2) -> tuple[list[list[int]], list[int]]:
