@@ -257,3 +257,16 @@ def test_a_pack_resumed_from_its_checkpoint_ends_exactly_as_an_uninterrupted_one
             np.testing.assert_array_equal(a.final_params[name], b.final_params[name])
             np.testing.assert_array_equal(a.reported_params[name], b.reported_params[name])
     assert (0, 7) in seen  # the restored evaluations are replayed to the live curves (points already stored are skipped there)
+
+
+def test_only_the_live_configurations_hold_noise_drawn_ahead(adult):
+    """A pack whose configurations finish at different T steps a shrinking live set (one restricted settings per set);
+    the noise drawn ahead (raco_bench/packs/draws.py) of a set no longer live is dropped, so a pack holds one set's
+    blocks at a time, not one per finished configuration."""
+    engine = LagrangianEngine(_runs(adult, MIXED))  # T = 40, 25, 33 and 1
+    for _ in range(40):
+        engine.step()
+    settings = [engine.settings, *engine.settings._subsets.values()]
+    assert len(settings) == 4  # the whole pack, then the live sets after T = 1, 25 and 33
+    holding = [s for s in settings if any(a.block is not None for a in s._ahead.values())]
+    assert len(holding) == 1 and holding[0] is settings[-1]

@@ -64,9 +64,12 @@ class PackSettings:
     def restricted(self, index: torch.Tensor) -> "PackSettings":
         """These settings for the configurations at ``index`` (:func:`take_rows`), built once per distinct ``index``: a
         pack whose shorter configurations have finished asks for the same live set at every step, and the subset keeps
-        its own :attr:`batch_draws`."""
+        its own :attr:`batch_draws`. A pack's live set only shrinks, so a new one drops the noise the earlier sets drew
+        ahead (:meth:`ahead`): a pack holds one set's blocks, not one per finished configuration."""
         key = tuple(index.tolist())
         if key not in self._subsets:
+            for earlier in (self, *self._subsets.values()):
+                earlier._ahead.clear()
             self._subsets[key] = take_rows(self, index)
         return self._subsets[key]
 
@@ -76,13 +79,15 @@ class PackSettings:
 
     def ahead(self, purpose: int, count: int, draw) -> DrawAhead:
         """The draws of ``purpose`` (``count`` per configuration and step, by ``draw``) for these configurations, drawn
-        a block of steps at a time (:mod:`raco_bench.packs.draws`); one per purpose for the settings' life."""
-        if purpose not in self._ahead:
-            self._ahead[purpose] = DrawAhead(self.seeds, purpose, count, draw, self.source, int(self.steps.max()))
-        return self._ahead[purpose]
+        a block of steps at a time (:mod:`raco_bench.packs.draws`); one per (purpose, count) until :meth:`restricted`
+        drops it."""
+        key = (purpose, count)
+        if key not in self._ahead:
+            self._ahead[key] = DrawAhead(self.seeds, purpose, count, draw, self.source, int(self.steps.max()))
+        return self._ahead[key]
 
     @functools.cached_property
-    def _ahead(self) -> dict[int, DrawAhead]:
+    def _ahead(self) -> dict[tuple[int, int], DrawAhead]:
         return {}
 
     @functools.cached_property
