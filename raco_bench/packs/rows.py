@@ -7,6 +7,10 @@ logistic-regression step needs
 * the gradient sums ``Σ_i residual[:, k, i] ⊗ X[rows[k, i]]`` (K × c × d), the sum over the batch of
   the rank-1 per-sample gradients r_i ⊗ x_i (the bias's is ``residual.sum(2)``).
 
+A softmax step needs less (docs/packs.md, "Speed"): the logits relative to the last class
+(``relative_logits``, (c − 1) × K × M; for two classes, the margin z₀ − z₁) and the gradient sums from
+the first c − 1 classes' residuals (``head_sums``), the last class's being minus their sum.
+
 Two ways to compute them give the same numbers up to floating-point summation order:
 
 * :class:`GatheredRows` copies the rows out (K × M × d) and uses batched matrix products. On a GPU
@@ -39,6 +43,21 @@ class GatheredRows:
     def gradient_sums(self, residual: torch.Tensor) -> torch.Tensor:
         return torch.bmm(residual.transpose(0, 1), self.Xb)
 
+    def relative_logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """The logits minus the last class's, (c − 1) × K × M."""
+        z = self.logits(weight, bias)
+        return z[:-1] - z[-1:]
+
+    def head_sums(self, head: torch.Tensor) -> torch.Tensor:
+        """The gradient sums (K × c × d) of a softmax residual given by its first c − 1 classes ``head``."""
+        return _with_last(self.gradient_sums(head))
+
+
+def _with_last(sums: torch.Tensor) -> torch.Tensor:
+    """Gradient sums of the first c − 1 classes (K × (c − 1) × d) completed with the last class's, minus their sum (the
+    residual of a softmax sums to zero over classes)."""
+    return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
+
 
 class IndexedRows:
     """Products read straight from X by row index; no K × M × d copy is made.
@@ -60,10 +79,14 @@ class IndexedRows:
 
     def logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """The logits minus the last class's logit (its row is zero)."""
+        return _with_zero_row(self.relative_logits(weight, bias))
+
+    def relative_logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """The logits minus the last class's, (c − 1) × K × M."""
         K, c, d = weight.shape
         M = self.rows.shape[1]
         if M == 0:
-            return weight.new_zeros(c, K, 0)
+            return weight.new_zeros(c - 1, K, 0)
         cols = self._columns(c - 1)
         crow = torch.arange(0, (c - 1) * K * M + 1, M, device=cols.device)
         relative = (weight[:, :-1] - weight[:, -1:]).transpose(0, 1).reshape((c - 1) * K, d)
@@ -72,21 +95,30 @@ class IndexedRows:
             pattern = torch.sparse_csr_tensor(crow, cols, torch.zeros(cols.numel(), dtype=weight.dtype, device=cols.device),
                                               ((c - 1) * K, self.X.shape[0]), check_invariants=False)
             products = torch.sparse.sampled_addmm(pattern, relative, self.X.t(), beta=0.0)
-        out = weight.new_zeros(c, K, M)
-        out[:-1] = products.values().view(c - 1, K, M) + (bias[:, :-1] - bias[:, -1:]).T[:, :, None]
-        return out
+        return products.values().view(c - 1, K, M) + (bias[:, :-1] - bias[:, -1:]).T[:, :, None]
 
     def gradient_sums(self, residual: torch.Tensor) -> torch.Tensor:
         """Σ_i residual[j, k, i] · x_i; ``residual`` must sum to zero over classes j (a softmax gradient)."""
-        c, K, M = residual.shape
+        return self.head_sums(residual[:-1])
+
+    def head_sums(self, head: torch.Tensor) -> torch.Tensor:
+        """The gradient sums (K × c × d) of a softmax residual given by its first c − 1 classes ``head``."""
+        c1, K, M = head.shape
         if M == 0:
-            return residual.new_zeros(K, c, self.X.shape[1])
-        cols = self._columns(c - 1)
-        offsets = torch.arange(0, (c - 1) * K * M, M, device=cols.device)
-        weights = residual[:-1].contiguous().view(-1)  # contiguous: torch's fast kernel
+            return head.new_zeros(K, c1 + 1, self.X.shape[1])
+        cols = self._columns(c1)
+        offsets = torch.arange(0, c1 * K * M, M, device=cols.device)
+        weights = head.contiguous().view(-1)  # contiguous: torch's fast kernel
         sums = torch.nn.functional.embedding_bag(cols, self.X, offsets, mode="sum", per_sample_weights=weights)
-        sums = sums.view(c - 1, K, self.X.shape[1]).transpose(0, 1)
-        return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
+        return _with_last(sums.view(c1, K, self.X.shape[1]).transpose(0, 1))
+
+
+def _with_zero_row(relative: torch.Tensor) -> torch.Tensor:
+    """Relative logits ((c − 1) × K × M) with the last class's row of zeros appended: c × K × M."""
+    c1, K, M = relative.shape
+    out = relative.new_zeros(c1 + 1, K, M)
+    out[:-1] = relative
+    return out
 
 
 class SharedRows:
@@ -102,22 +134,27 @@ class SharedRows:
 
     def logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """The logits minus the last class's logit (its row is zero)."""
+        return _with_zero_row(self.relative_logits(weight, bias))
+
+    def relative_logits(self, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """The logits minus the last class's, (c − 1) × S × M."""
         S, c, d = weight.shape
         G, M, k = self.Xb.shape[0], self.Xb.shape[1], self.group
         relative = (weight[:, :-1] - weight[:, -1:]).reshape(G, k * (c - 1), d)
         shift = (bias[:, :-1] - bias[:, -1:]).reshape(G, k * (c - 1), 1)
         products = torch.baddbmm(shift, relative, self.Xb.transpose(1, 2))  # G × k(c − 1) × M
-        out = weight.new_zeros(c, S, M)
-        out[:-1] = products.view(G, k, c - 1, M).permute(2, 0, 1, 3).reshape(c - 1, S, M)
-        return out
+        return products.view(G, k, c - 1, M).permute(2, 0, 1, 3).reshape(c - 1, S, M)
 
     def gradient_sums(self, residual: torch.Tensor) -> torch.Tensor:
         """Σ_i residual[j, k, i] · x_i; ``residual`` must sum to zero over classes j (a softmax gradient)."""
-        c, S, M = residual.shape
+        return self.head_sums(residual[:-1])
+
+    def head_sums(self, head: torch.Tensor) -> torch.Tensor:
+        """The gradient sums (S × c × d) of a softmax residual given by its first c − 1 classes ``head``."""
+        c1, S, M = head.shape
         G, k = self.Xb.shape[0], self.group
-        weights = residual[:-1].reshape(c - 1, G, k, M).permute(1, 2, 0, 3).reshape(G, k * (c - 1), M)
-        sums = torch.bmm(weights, self.Xb).view(S, c - 1, -1)
-        return torch.cat([sums, -sums.sum(1, keepdim=True)], 1)
+        weights = head.reshape(c1, G, k, M).permute(1, 2, 0, 3).reshape(G, k * c1, M)
+        return _with_last(torch.bmm(weights, self.Xb).view(S, c1, -1))
 
 
 RowProducts = type[GatheredRows] | type[IndexedRows] | type[SharedRows]

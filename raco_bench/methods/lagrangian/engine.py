@@ -91,12 +91,29 @@ class PackSettings:
         return {}
 
     @functools.cached_property
+    def switches(self) -> "Switches":
+        """Which per-configuration options any configuration of these settings uses (:class:`Switches`), found once:
+        a step skips the arithmetic of an option no configuration uses."""
+        return Switches(bool(self.hard.any()), bool((self.dual_momentum > 0).any()), bool(self.clip_constraint_value.any()),
+                        bool(torch.isfinite(self.lambda_max).any()))
+
+    @functools.cached_property
     def batch_draws(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct (batch stream, q) pairs (D × 2, q's float64 bits as int64) and which one each configuration
         draws (K): a step draws each distinct batch once. Computed once per settings (they do not change by step)."""
         pairs = torch.stack([self.batch_seeds, self.sampling_rate.view(torch.int64)], 1)
         distinct, batch = torch.unique(pairs, dim=0, return_inverse=True)
         return distinct, batch
+
+
+@dataclass(frozen=True)
+class Switches:
+    """Whether any configuration of a pack uses each option (:attr:`PackSettings.switches`)."""
+
+    hard: bool  # dual_update = hard
+    momentum: bool  # dual_momentum > 0
+    clip_value: bool  # clip_constraint_value
+    box: bool  # a finite lambda_max
 
 
 @dataclass
@@ -200,20 +217,21 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     mask = valid.to(constants.dtype).view(G, 1, M)
     batch = products(data.X, rows) if k == 1 else SharedRows(data.X, rows, group=k)
     temperature = s.temperature[idx].view(G, k, 1)
-    z = temperature * batch.logits(state.weight[idx], state.bias[idx]).unflatten(1, (G, k))  # c × G × k × M, up to a per-row shift
+    two = c == 2  # the logits as the margin z₀ − z₁ and the residual as r₀ alone (r₁ = −r₀): 1 × G × k × M
+    logits = (batch.relative_logits if two else batch.logits)(state.weight[idx], state.bias[idx])
+    z = temperature * logits.unflatten(1, (G, k))  # c × G × k × M up to a per-row shift (two classes: τ(z₀ − z₁))
     constrained = s.constrained and rates is not None
-    two = c == 2  # the residual is r₀ alone (r₁ = −r₀): 1 × G × k × M
     residual, estimates, H = (_two_class_residual if two else _residual)(z, constants, mask, idx, state, data, s, rates if constrained else None, noise)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
     residual = residual * temperature
-    norms_sq = residual.square().sum(0) * (2 * constants[c] if two else constants[c])  # ‖r_i‖²·(‖x_i‖² + 1); ‖(r₀, −r₀)‖² = 2r₀²
+    norms_sq = residual[0].square() * (2 * constants[c]) if two else residual.square().sum(0) * constants[c]  # ‖r_i‖²·(‖x_i‖² + 1); ‖(r₀, −r₀)‖² = 2r₀²
     factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx].view(G, k, 1), mask)
-    residual = residual * factor
-    if two:
-        residual = torch.cat([residual, -residual])
-    residual = residual.flatten(1, 2)  # c × S × M
-    grad_w = batch.gradient_sums(residual)
-    grad_b = residual.sum(2).T
+    residual = (residual * factor).flatten(1, 2)  # c × S × M (two classes: 1 × S × M)
+    if two:  # class 1's sums are minus class 0's
+        grad_w, grad_b = batch.head_sums(residual), residual.sum(2).T
+        grad_b = torch.cat([grad_b, -grad_b], 1)
+    else:
+        grad_w, grad_b = batch.gradient_sums(residual), residual.sum(2).T
     if s.private:
         grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))
     return grad_w, grad_b, estimates, H
@@ -229,28 +247,38 @@ def _release(H: torch.Tensor, idx, state: PackState, s: PackSettings, rates: Com
 
 
 def _part_rows(constants: torch.Tensor, mask: torch.Tensor, data: PackData):
-    """Each batch row's part, G × M, as the masked one-hot P × G × M (few parts: products with it), or as the index
-    G × 1 × M (a scatter and a gather by it). Padding slots are in no part."""
+    """Each batch row's part, G × M, as the masked one-hot G × P × M (few parts: batched products with it), or as the
+    index G × 1 × M (a scatter and a gather by it). Padding slots are in no part."""
     c = data.n_classes
-    return constants[c + 1 :, :, 0] * mask[:, 0] if data.few_parts else constants[c + 1].long()
+    return (constants[c + 1 :, :, 0] * mask[:, 0]).transpose(0, 1) if data.few_parts else constants[c + 1].long()
 
 
 def _part_sums(values: torch.Tensor, part: torch.Tensor, mask: torch.Tensor, data: PackData, n_parts: int) -> torch.Tensor:
-    """Line 2's sums over a batch's rows per part of ``values`` (j × G × k × M, or G × 1 × M broadcast): G × k × P × j,
-    padding slots left out. With few parts, a product with the masked part one-hot: scatter_add's adds into two bins
-    per configuration form a serial chain that is 3× slower. Otherwise a scatter by part index."""
-    if data.few_parts:
-        return torch.einsum("jgki,pgi->gkpj", values, part)
+    """Line 2's sums over a batch's rows per part of ``values`` (j × G × k × M): G × k × P × j, padding slots left
+    out. With few parts, a batched product with the masked part one-hot: scatter_add's adds into two bins per
+    configuration form a serial chain that is 3× slower. Otherwise a scatter by part index."""
     j, G, k, M = values.shape
+    if data.few_parts:
+        sums = torch.bmm(values.transpose(0, 1).reshape(G, j * k, M), part.transpose(1, 2))  # G × jk × P
+        return sums.view(G, j, k, -1).permute(0, 2, 3, 1)
     return values.new_zeros(j, G, k, n_parts).scatter_add_(3, part.expand(j, G, k, M), values * mask).permute(1, 2, 3, 0)
+
+
+def _part_counts(part: torch.Tensor, mask: torch.Tensor, data: PackData, n_parts: int) -> torch.Tensor:
+    """Each part's number of batch rows, G × 1 × P × 1 (it depends on the batch alone: one count per group)."""
+    if data.few_parts:
+        return part.sum(2)[:, None, :, None]
+    G, _, M = mask.shape
+    return mask.new_zeros(G, 1, n_parts).scatter_add_(2, part, mask)[..., None]
 
 
 def _per_row(per_part: torch.Tensor, part: torch.Tensor, data: PackData) -> torch.Tensor:
     """Each batch row's entry of ``per_part`` (G × k × P × j, e.g. the part coefficients): j × G × k × M (padding rows
     get weight zero later)."""
+    G, k, P, j = per_part.shape
     if data.few_parts:
-        return torch.einsum("gkpj,pgi->jgki", per_part, part)
-    G, k, _, j = per_part.shape
+        rows = torch.bmm(per_part.permute(0, 3, 1, 2).reshape(G, j * k, P), part)  # G × jk × M
+        return rows.view(G, j, k, -1).transpose(0, 1)
     return torch.gather(per_part.permute(3, 0, 1, 2), 3, part.expand(j, G, k, part.shape[-1]))
 
 
@@ -262,11 +290,10 @@ def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx,
     probs = softmax(z, dim=0)
     coef = estimates = H = None
     if rates is not None:
-        hard = s.hard[idx].view(G, k, 1)
         hist_probs = probs
-        if bool(hard.any()):  # dual_update = hard: the one-hot argmax histogram
+        if s.switches.hard:  # dual_update = hard: the one-hot argmax histogram
             predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(3, 0, 1, 2).to(probs.dtype)
-            hist_probs = torch.where(hard, predicted, probs)
+            hist_probs = torch.where(s.hard[idx].view(G, k, 1), predicted, probs)
         part, P = _part_rows(constants, mask, data), rates.n_parts
         H = _part_sums(hist_probs, part, mask, data, P)  # line 2
         H, coef_parts, estimates = _release(H.reshape(G * k, P, c), idx, state, s, rates, noise)
@@ -279,8 +306,8 @@ def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx,
 
 def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData,
                         s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
-    """:func:`_residual` for two classes, in arrays of G × k × M rather than 2 × G × k × M (docs/packs.md, "Speed"):
-    r₀ alone, 1 × G × k × M.
+    """:func:`_residual` for two classes, in arrays of G × k × M rather than 2 × G × k × M (docs/packs.md, "Speed"), from
+    the tempered margin ``z`` = τ(z₀ − z₁) (1 × G × k × M): r₀ alone, 1 × G × k × M.
 
     With p₀ = sigmoid(z₀ − z₁) and p₁ = 1 − p₀, the gradient of the Lagrangian with respect to the logits is
     r₀ = p₀ − y₀ + p₀p₁(a₀ − a₁) and r₁ = −r₀, with a_j the row's coefficient of class j (eq. 13); the histogram's
@@ -288,19 +315,18 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
     p₀ ≥ ½: argmax of the probabilities picks the first of tied classes, and p₀ rounds to ½ for margins within about
     6e-8 of 0, so this is the single run's argmax, ties included."""
     _, G, k, _ = z.shape
-    margin = z[0] - z[1]
-    p0 = torch.sigmoid(margin)
+    p0 = torch.sigmoid(z[0])
     r0 = p0 - constants[0]
     estimates = H = None
     if rates is not None:
-        hard = s.hard[idx].view(G, k, 1)
-        hist0 = torch.where(hard, (p0 >= 0.5).to(p0.dtype), p0) if bool(hard.any()) else p0
+        hist0 = torch.where(s.hard[idx].view(G, k, 1), (p0 >= 0.5).to(p0.dtype), p0) if s.switches.hard else p0
         part, P = _part_rows(constants, mask, data), rates.n_parts
-        H0, sizes = _part_sums(hist0[None], part, mask, data, P), _part_sums(mask[None], part, mask, data, P)  # line 2
-        H, coef_parts, estimates = _release(torch.cat([H0, sizes - H0], 3).view(G * k, P, 2), idx, state, s, rates, noise)
+        H0 = _part_sums(hist0[None], part, mask, data, P)  # line 2
+        H = torch.cat([H0, _part_counts(part, mask, data, P) - H0], 3)
+        H, coef_parts, estimates = _release(H.view(G * k, P, 2), idx, state, s, rates, noise)
         gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P, 1)  # a₀ − a₁ per part
         row_gap = _per_row(gap, part, data)[0]
-        r0 = torch.addcmul(r0, torch.addcmul(p0, p0, p0, value=-1.0), row_gap)  # + p₀(1 − p₀)(a₀ − a₁)
+        r0 = torch.ops.aten.sigmoid_backward(row_gap, p0).add_(r0)  # + p₀(1 − p₀)(a₀ − a₁), one pass for the product
     return r0[None], estimates, H
 
 
@@ -391,12 +417,18 @@ def apply_release(state: PackState, s: PackSettings, release: PackRelease) -> Pa
     if estimates is None:
         estimates = state.estimates
     else:  # line 9: projected ascent on λ (optionally with momentum and a box)
-        ascent = torch.where(s.clip_constraint_value[:, None], estimates.clamp(0.0, 1.0), estimates) - s.gamma
-        momentum = s.dual_momentum[:, None]
-        with_momentum = momentum > 0
-        velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
-        lam = torch.where(with_momentum, lam + velocity, lam + s.dual_lr[:, None] * ascent).clamp_min(0.0)
-        lam = torch.minimum(lam, s.lambda_max[:, None])
+        on = s.switches  # an option no configuration uses costs nothing
+        ascent = (torch.where(s.clip_constraint_value[:, None], estimates.clamp(0.0, 1.0), estimates) if on.clip_value else estimates) - s.gamma
+        if on.momentum:
+            momentum = s.dual_momentum[:, None]
+            with_momentum = momentum > 0
+            velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
+            lam = torch.where(with_momentum, lam + velocity, lam + s.dual_lr[:, None] * ascent)
+        else:
+            lam = lam + s.dual_lr[:, None] * ascent
+        lam = lam.clamp_min(0.0)
+        if on.box:
+            lam = torch.minimum(lam, s.lambda_max[:, None])
     return PackState(weight, bias, lam, velocity, estimates, state.step + 1)
 
 
