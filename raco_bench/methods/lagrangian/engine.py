@@ -227,11 +227,11 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     norms_sq = residual[0].square() * (2 * constants[c]) if two else residual.square().sum(0) * constants[c]  # ‖r_i‖²·(‖x_i‖² + 1); ‖(r₀, −r₀)‖² = 2r₀²
     factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx].view(G, k, 1), mask)
     residual = (residual * factor).flatten(1, 2)  # c × S × M (two classes: 1 × S × M)
+    grad_b = residual.sum(2).T
     if two:  # class 1's sums are minus class 0's
-        grad_w, grad_b = batch.head_sums(residual), residual.sum(2).T
-        grad_b = torch.cat([grad_b, -grad_b], 1)
+        grad_w, grad_b = batch.head_sums(residual), torch.cat([grad_b, -grad_b], 1)
     else:
-        grad_w, grad_b = batch.gradient_sums(residual), residual.sum(2).T
+        grad_w = batch.gradient_sums(residual)
     if s.private:
         grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))
     return grad_w, grad_b, estimates, H
@@ -268,8 +268,7 @@ def _part_counts(part: torch.Tensor, mask: torch.Tensor, data: PackData, n_parts
     """Each part's number of batch rows, G × 1 × P × 1 (it depends on the batch alone: one count per group)."""
     if data.few_parts:
         return part.sum(2)[:, None, :, None]
-    G, _, M = mask.shape
-    return mask.new_zeros(G, 1, n_parts).scatter_add_(2, part, mask)[..., None]
+    return mask.new_zeros(mask.shape[0], 1, n_parts).scatter_add_(2, part, mask)[..., None]
 
 
 def _per_row(per_part: torch.Tensor, part: torch.Tensor, data: PackData) -> torch.Tensor:
@@ -419,13 +418,14 @@ def apply_release(state: PackState, s: PackSettings, release: PackRelease) -> Pa
     else:  # line 9: projected ascent on λ (optionally with momentum and a box)
         on = s.switches  # an option no configuration uses costs nothing
         ascent = (torch.where(s.clip_constraint_value[:, None], estimates.clamp(0.0, 1.0), estimates) if on.clip_value else estimates) - s.gamma
+        dual_step = s.dual_lr[:, None] * ascent
         if on.momentum:
             momentum = s.dual_momentum[:, None]
             with_momentum = momentum > 0
-            velocity = torch.where(with_momentum, momentum * velocity + s.dual_lr[:, None] * ascent, velocity)
-            lam = torch.where(with_momentum, lam + velocity, lam + s.dual_lr[:, None] * ascent)
+            velocity = torch.where(with_momentum, momentum * velocity + dual_step, velocity)
+            lam = torch.where(with_momentum, lam + velocity, lam + dual_step)
         else:
-            lam = lam + s.dual_lr[:, None] * ascent
+            lam = lam + dual_step
         lam = lam.clamp_min(0.0)
         if on.box:
             lam = torch.minimum(lam, s.lambda_max[:, None])
