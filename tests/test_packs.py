@@ -13,6 +13,7 @@ from raco_bench.methods.lagrangian.engine import LagrangianEngine, pack_step, sl
 from raco_bench.packs.rows import GatheredRows, IndexedRows
 from raco_bench.packs.run import PackCheckpoint, pack_blocker, train_pack, train_runs
 from raco_bench.packs.tensors import chunks
+from raco_bench.privacy import counter_rng as rng
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
@@ -259,14 +260,25 @@ def test_a_pack_resumed_from_its_checkpoint_ends_exactly_as_an_uninterrupted_one
     assert (0, 7) in seen  # the restored evaluations are replayed to the live curves (points already stored are skipped there)
 
 
-def test_only_the_live_configurations_hold_noise_drawn_ahead(adult):
+def test_only_the_live_configurations_hold_noise_drawn_ahead(adult, monkeypatch):
     """A pack whose configurations finish at different T steps a shrinking live set (one restricted settings per set);
-    the noise drawn ahead (raco_bench/packs/draws.py) of a set no longer live is dropped, so a pack holds one set's
-    blocks at a time, not one per finished configuration."""
+    a new live set takes over the blocks drawn ahead (raco_bench/packs/draws.py) for its configurations and the
+    earlier set's are dropped, so a pack holds one set's blocks at a time and draws no step's batches or noise twice."""
+    drawn = []  # (purpose, step) of every stream drawn, batches and Gaussian noise
+    for name in ("poisson_rows", "normal"):
+        real = getattr(rng, name)
+
+        def counting(keys, *args, real=real):
+            drawn.extend(zip(((keys.tag >> 32) & 255).flatten().tolist(), (keys.tag >> 40).flatten().tolist(), keys.key.flatten().tolist()))
+            return real(keys, *args)
+
+        monkeypatch.setattr(rng, name, counting)
     engine = LagrangianEngine(_runs(adult, MIXED))  # T = 40, 25, 33 and 1
+    drawn.clear()  # the initial parameters' draws
     for _ in range(40):
         engine.step()
     settings = [engine.settings, *engine.settings._subsets.values()]
     assert len(settings) == 4  # the whole pack, then the live sets after T = 1, 25 and 33
     holding = [s for s in settings if any(a.block is not None for a in s._ahead.values())]
     assert len(holding) == 1 and holding[0] is settings[-1]
+    assert len(drawn) == len(set(drawn)) and {p for p, _, _ in drawn} == {rng.BATCH, rng.GAUSSIAN}

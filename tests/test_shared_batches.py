@@ -48,7 +48,7 @@ def test_configurations_that_share_batches_equal_their_runs_alone(adult, constra
     """Three configurations share one batch, two another (dense products); one stands alone (the other row products)."""
     runs = _runs(adult, SHARED, constraint)
     engine = LagrangianEngine(runs)
-    shared, alone = StepNoise.draw(engine.settings, engine.data, 1).shared_groups()
+    shared, alone = engine.settings.shared_groups
     assert sorted(map(sorted, shared)) == [[0, 1, 2], [4, 5]] and alone == [3]
     for res, run in zip(train_pack(runs, products=products), _runs(adult, SHARED, constraint)):
         _assert_same(res, execute(run), rtol=1e-4)

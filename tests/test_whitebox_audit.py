@@ -79,11 +79,13 @@ def test_a_broken_raco_dp_engine_is_caught(bug):
     assert r.bound.epsilon_lower > r.claimed_epsilon, f"{bug}: {r.summary()}"
 
 
-DRAW = "        rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))"
-LAST_ROW_ALWAYS = [(DRAW, DRAW + "\n"
-                    "        has_last = ((rows == data.n - 1) & valid).any(1, keepdim=True)\n"
+DRAW = "        rows, valid, sizes = s.batches(data.n).at(t)"
+LAST_ROW_ALWAYS = [(DRAW, DRAW + "\n"  # row n − 1 made valid in the first free slot of every batch that lacks it
+                    "        has_last = ((rows == data.n - 1) & valid).any(1)\n"
                     "        rows = torch.cat([rows, torch.full_like(rows[:, :1], data.n - 1)], 1)\n"
-                    "        valid = torch.cat([valid, ~has_last], 1)")]
+                    "        valid = torch.cat([valid, torch.zeros_like(valid[:, :1])], 1)\n"
+                    "        valid[torch.arange(valid.shape[0]), valid.sum(1)] = ~has_last\n"
+                    "        sizes = valid.sum(1).tolist()")]
 
 
 def test_a_sampler_that_always_takes_the_last_row_is_caught_at_the_configuration_q():

@@ -1,4 +1,5 @@
-"""Noise drawn ahead: every configuration's draws of one purpose for a block of upcoming steps, in one generator call.
+"""Noise and batches drawn ahead: every configuration's draws of one purpose (or every distinct Poisson batch) for a
+block of upcoming steps, in one generator call.
 
 The counter generator's words depend only on (stream id, step, purpose) (:mod:`raco_bench.privacy.counter_rng`), so
 step t's draws are the same numbers whether a configuration draws them alone, a pack draws them for step t, or a pack
@@ -8,11 +9,14 @@ what a step's Laplace histogram noise costs (docs/packs.md, "Speed").
 
 Nothing drawn ahead is released or logged: a block holds the draws of steps that have not been taken yet, in the
 pack's memory, and is dropped when the pack moves past it. A block is at most :data:`BLOCK_BYTES` of float64 draws
-(the memory model counts it: :mod:`raco_bench.packs.memory`).
+(the memory model counts it: :mod:`raco_bench.packs.memory`). Batches drawn ahead (:class:`BatchesAhead`) are the same
+rows a configuration draws alone at each step: a Poisson sample depends only on its stream's key and its rate
+(:func:`~raco_bench.privacy.counter_rng.poisson_rows`), not on which other streams or steps are drawn in the same call.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -28,6 +32,12 @@ def block_steps(configs: int, count: int) -> int:
     return max(1, min(BLOCK_STEPS, BLOCK_BYTES // max(1, 8 * configs * count)))
 
 
+def batch_width(n: int, rate: float) -> int:
+    """The uniforms :func:`~raco_bench.privacy.counter_rng.poisson_rows` draws per stream and call at sampling rate
+    ``rate`` on ``n`` rows (the mean batch + 6 sd + 16): the padded width of a step's batches, before trimming."""
+    return n if rate >= 1 else min(n, int(n * rate + 6.0 * math.sqrt(n * rate + 1.0) + 16))
+
+
 class DrawAhead:
     """One purpose's draws (e.g. :func:`~raco_bench.privacy.counter_rng.laplace`) for the configurations of ``seeds``,
     ``count`` per step, drawn in blocks of steps and never past ``last_step`` (the pack's longest T)."""
@@ -38,6 +48,13 @@ class DrawAhead:
         self.last_step, self.steps = last_step, block_steps(int(seeds.shape[0]), count)
         self.first, self.block = 0, None
 
+    def restricted(self, index: torch.Tensor) -> "DrawAhead":
+        """These draws for the configurations at ``index`` only, holding their part of the block already drawn."""
+        out = DrawAhead(self.seeds[index], self.purpose, self.count, self.draw, self.source, self.last_step)
+        if self.block is not None:
+            out.first, out.block = self.first, self.block[index]
+        return out
+
     def at(self, t: int) -> torch.Tensor:
         """Step ``t``'s draws, K × count: the same numbers as ``draw(stream_keys(seeds, t, purpose, source), count)``."""
         if self.block is None or not self.first <= t < self.first + self.block.shape[1]:
@@ -45,3 +62,43 @@ class DrawAhead:
             self.block = self.draw(rng.stream_keys(self.seeds[:, None], steps[None, :], self.purpose, self.source), self.count)
             self.first = t
         return self.block[:, t - self.first]
+
+
+class BatchesAhead:
+    """The Poisson batches of D distinct (batch stream, rate) pairs (``streams``, ``rates``: D each) on ``n`` rows,
+    drawn for a block of steps in one :func:`~raco_bench.privacy.counter_rng.poisson_rows` call and never past
+    ``last_step``. A block holds about 4 bytes per drawn uniform ahead of use at most :data:`BLOCK_BYTES`."""
+
+    def __init__(self, streams: torch.Tensor, rates: torch.Tensor, n: int, source: rng.Keystream, last_step: int) -> None:
+        self.streams, self.rates, self.n, self.source, self.last_step = streams, rates, n, source, last_step
+        self.steps = block_steps(int(streams.shape[0]), batch_width(n, float(rates.max())) * 2)  # rows and the draws behind them
+        self.first, self.rows, self.valid, self.widths = 0, None, None, []
+
+    def restricted(self, index: torch.Tensor) -> "BatchesAhead":
+        """These batches for the distinct streams at ``index`` only, holding their part of the block already drawn."""
+        out = BatchesAhead(self.streams[index], self.rates[index], self.n, self.source, self.last_step)
+        if self.rows is not None:
+            positions = index.tolist()
+            out.first, out.rows, out.valid = self.first, self.rows[index], self.valid[index]
+            out.widths = [[sizes[i] for i in positions] for sizes in self.widths]
+        return out
+
+    def at(self, t: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Step ``t``'s batches as :func:`~raco_bench.privacy.counter_rng.poisson_rows` gives them for the D streams at
+        step ``t`` (rows and valid, D × M; slots past a batch's end hold row n − 1 and are not valid) and each batch's
+        size. M is the widest batch of the block, so a step may carry a few more invalid slots than it would alone."""
+        if self.rows is None or not self.first <= t < self.first + self.rows.shape[1]:
+            steps = torch.arange(t, max(t, min(t + self.steps - 1, self.last_step)) + 1, device=self.streams.device)
+            D, L = int(self.streams.shape[0]), int(steps.shape[0])
+            keys = rng.stream_keys(self.streams[:, None], steps[None, :], rng.BATCH, self.source)
+            keys = rng.StreamKeys(keys.key.reshape(-1), keys.tag.reshape(-1), keys.source)
+            rows, valid = rng.poisson_rows(keys, self.n, self.rates.repeat_interleave(L))
+            self.rows, self.valid = rows.view(D, L, -1), valid.view(D, L, -1)
+            self.widths, self.first = valid.sum(1).view(D, L).T.tolist(), t
+        i = t - self.first
+        return self.rows[:, i], self.valid[:, i], self.widths[i]
+
+    @property
+    def block(self) -> torch.Tensor | None:
+        """The rows drawn ahead (D × L × M), None before the first draw."""
+        return self.rows

@@ -62,6 +62,8 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     widest = max(n * expected_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
     step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
     noise = sum(8 * K * count * block_steps(K, count) for count in (c * d + c, n_parts * c))  # Gaussian and Laplace drawn ahead
+    width = max(expected_width(n_train, b) for b in counts)
+    noise += 16 * K * width * block_steps(K, 2 * width)  # the batches drawn ahead: at most one per configuration (own draws)
     state = K * (3 * 4 * (c * d + c) + 64 * 4) + noise  # params, update, settings and the noise blocks (float64)
     tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
     chunk = min(eval_rows, EVAL_ROWS_GPU if gpu else EVAL_ROWS_CPU)

@@ -55,12 +55,17 @@ def _compatible(a: Run, b: Run) -> bool:
             and a.method.engine.pack_key(a) == b.method.engine.pack_key(b))
 
 
+@torch.inference_mode()
 def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None,
                checkpoint: PackCheckpoint | None = None) -> list[RunResult]:
     """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations.
     ``products`` picks how batch rows are multiplied (:mod:`raco_bench.packs.rows`; default: by device).
     ``checkpoint`` saves the pack's state every ``checkpoint.every_s`` seconds and continues from a saved state: every
-    draw is a function of (stream, step), so a resumed pack ends exactly as an uninterrupted one (docs/packs.md)."""
+    draw is a function of (stream, step), so a resumed pack ends exactly as an uninterrupted one (docs/packs.md).
+
+    A pack runs in torch's inference mode: batched engines compute their gradients in closed form and never use autograd,
+    and without its bookkeeping each of a step's small operations costs less (docs/packs.md, "Speed"). What a pack
+    returns is numpy (:func:`~raco_bench.training.loop.snapshot`)."""
     for r in runs:
         why = pack_blocker(r)
         if why is not None:

@@ -24,7 +24,7 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.methods.lagrangian.step import lagrangian_report
-from raco_bench.packs.draws import DrawAhead
+from raco_bench.packs.draws import BatchesAhead, DrawAhead
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
@@ -64,14 +64,31 @@ class PackSettings:
     def restricted(self, index: torch.Tensor) -> "PackSettings":
         """These settings for the configurations at ``index`` (:func:`take_rows`), built once per distinct ``index``: a
         pack whose shorter configurations have finished asks for the same live set at every step, and the subset keeps
-        its own :attr:`batch_draws`. A pack's live set only shrinks, so a new one drops the noise the earlier sets drew
-        ahead (:meth:`ahead`): a pack holds one set's blocks, not one per finished configuration."""
+        its own :attr:`batch_draws`. A pack's live set only shrinks: a new one takes over, for its own configurations,
+        what the live set before it drew ahead (:meth:`ahead`, :meth:`batches`; no draw is made twice), and the earlier
+        set's blocks are dropped, so a pack holds one set's blocks, not one per finished configuration."""
         key = tuple(index.tolist())
         if key not in self._subsets:
-            for earlier in (self, *self._subsets.values()):
-                earlier._ahead.clear()
-            self._subsets[key] = take_rows(self, index)
+            before, earlier = next(reversed(self._subsets.items()), (tuple(range(self.size)), self))
+            subset = self._subsets[key] = take_rows(self, index)
+            where = {k: i for i, k in enumerate(before)}
+            if all(k in where for k in key):  # as a pack's live sets are
+                subset._take_over(earlier, torch.tensor([where[k] for k in key], dtype=torch.int64, device=self.seeds.device))
+            for s in (self, *self._subsets.values()):
+                if s is not subset:
+                    s._ahead.clear()
         return self._subsets[key]
+
+    def _take_over(self, earlier: "PackSettings", index: torch.Tensor) -> None:
+        """Hold the blocks ``earlier`` drew ahead for its configurations at ``index`` (these settings' configurations)."""
+        mine, theirs = self.batch_draws[0], earlier.batch_draws[0]
+        position = {tuple(pair): i for i, pair in enumerate(theirs.tolist())}
+        for key, ahead in earlier._ahead.items():
+            if isinstance(ahead, BatchesAhead):
+                self._ahead[key] = ahead.restricted(torch.tensor([position[tuple(pair)] for pair in mine.tolist()], dtype=torch.int64,
+                                                                 device=index.device))
+            else:
+                self._ahead[key] = ahead.restricted(index)
 
     @functools.cached_property
     def _subsets(self) -> dict[tuple[int, ...], "PackSettings"]:
@@ -87,8 +104,31 @@ class PackSettings:
         return self._ahead[key]
 
     @functools.cached_property
-    def _ahead(self) -> dict[tuple[int, int], DrawAhead]:
+    def _ahead(self) -> dict[tuple[int, int], DrawAhead | BatchesAhead]:
         return {}
+
+    def batches(self, n: int) -> BatchesAhead:
+        """The distinct Poisson batches (:attr:`batch_draws`) on ``n`` rows, drawn a block of steps at a time
+        (:class:`~raco_bench.packs.draws.BatchesAhead`); dropped with the noise by :meth:`restricted`."""
+        key = (rng.BATCH, -1)
+        if key not in self._ahead:
+            distinct, _ = self.batch_draws
+            self._ahead[key] = BatchesAhead(distinct[:, 0], distinct[:, 1].view(torch.float64), n, self.source, int(self.steps.max()))
+        return self._ahead[key]
+
+    @functools.cached_property
+    def batch_list(self) -> list[int]:
+        """:attr:`batch_draws`' second part as a list: which distinct batch each configuration draws."""
+        return self.batch_draws[1].tolist()
+
+    @functools.cached_property
+    def shared_groups(self) -> tuple[list[list[int]], list[int]]:
+        """The configurations that draw the same batches (at least two), as groups, and the others (sorted)."""
+        members: dict[int, list[int]] = {}
+        for k, b in enumerate(self.batch_list):
+            members.setdefault(b, []).append(k)
+        shared = [g for g in members.values() if len(g) >= 2]
+        return shared, sorted(k for g in members.values() if len(g) < 2 for k in g)
 
     @functools.cached_property
     def switches(self) -> "Switches":
@@ -174,30 +214,27 @@ def slot_bytes(data: PackData, products: RowProducts) -> int:
 class StepNoise:
     """One step's draws for every configuration of the pack (drawn at once: the generator's cost is per call)."""
 
-    rows: torch.Tensor  # K × M batch rows (line 1), padded
-    valid: torch.Tensor  # K × M
+    rows: torch.Tensor  # D × M: each distinct batch's rows (line 1), padded
+    valid: torch.Tensor  # D × M
     laplace: torch.Tensor | None  # K × (P·c) unit Laplace (line 3)
     gaussian: torch.Tensor | None  # K × (c·d + c) unit Gaussians (line 6), weight then bias
     batch: torch.Tensor  # K: which distinct batch each configuration drew (equal: the same rows, from one batch stream and q)
+    widths: list[int]  # K: each configuration's batch size
 
     @staticmethod
     def draw(s: PackSettings, data: PackData, t: int) -> "StepNoise":
         """Each distinct (batch stream, q) draws its batch once; the configurations that share it share the rows. The
-        Laplace and Gaussian draws come from blocks drawn ahead (the same numbers, fewer generator calls)."""
-        distinct, batch = s.batch_draws
-        rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
+        batches and the Laplace and Gaussian draws come from blocks drawn ahead (the same numbers, fewer generator calls)."""
+        rows, valid, sizes = s.batches(data.n).at(t)
         c, d = data.n_classes, data.X.shape[1]
         lap = s.ahead(rng.LAPLACE, data.n_parts * c, rng.laplace).at(t) if s.private and s.constrained else None
         gauss = s.ahead(rng.GAUSSIAN, c * d + c, rng.normal).at(t) if s.private else None
-        return StepNoise(rows[batch], valid[batch], lap, gauss, batch)
+        return StepNoise(rows, valid, lap, gauss, s.batch_draws[1], [sizes[b] for b in s.batch_list])
 
-    def shared_groups(self, min_size: int = 2) -> tuple[list[list[int]], list[int]]:
-        """The configurations that drew the same batch, as groups of at least ``min_size``, and the others."""
-        members: dict[int, list[int]] = {}
-        for k, b in enumerate(self.batch.tolist()):
-            members.setdefault(b, []).append(k)
-        shared = [g for g in members.values() if len(g) >= min_size]
-        return shared, sorted(k for g in members.values() if len(g) < min_size for k in g)
+    def batch_rows(self, idx: torch.Tensor | slice, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch rows and their validity of the configurations at ``idx``, their first ``width`` slots."""
+        b = self.batch[idx]
+        return self.rows[b, :width], self.valid[b, :width]
 
 
 def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None,
@@ -206,12 +243,12 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     weight and bias, Γ̂ or None, the released histogram Ĥ (S × P × c) or None).
 
     The S configurations are G groups of ``group`` consecutive configurations that drew the same batch (1: each its
-    own; :meth:`StepNoise.shared_groups`). Per-row arrays are class-major, c × G × k × M: a sum over classes is a few
+    own; :attr:`PackSettings.shared_groups`). Per-row arrays are class-major, c × G × k × M: a sum over classes is a few
     contiguous vector operations, and what depends only on the batch (its rows, their constants, the padding mask)
     is G × 1 × M, computed once per group and broadcast over its k configurations."""
     c, k = data.n_classes, group
     lead = idx[::k] if isinstance(idx, torch.Tensor) else slice(None, None, k)  # each group's first configuration
-    rows, valid = noise.rows[lead, :width], noise.valid[lead, :width]  # line 1, G × M
+    rows, valid = noise.batch_rows(lead, width)  # line 1, G × M
     G, M = rows.shape
     constants = torch.index_select(data.per_row, 1, rows.reshape(-1)).view(-1, G, 1, M)  # (c + 1 + P) × G × 1 × M
     mask = valid.to(constants.dtype).view(G, 1, M)
@@ -365,8 +402,8 @@ def step_release(state: PackState, data: PackData, s: PackSettings, rates: Compi
     budget = budget or chunk_budget(data.X.device)
     t = state.step + 1
     noise = StepNoise.draw(s, data, t)
-    widths = noise.valid.sum(1).tolist()
-    shared, alone = noise.shared_groups()
+    widths = noise.widths
+    shared, alone = s.shared_groups
     work = group_chunks(shared, widths, slot_bytes(data, SharedRows), budget)
     work += [(g, 1) for g in chunks([widths[k] for k in alone], slot_bytes(data, products), budget, members=alone)]
     if len(work) == 1 and work[0][0] == list(range(s.size)):
