@@ -33,7 +33,8 @@ def model_for(runs: list):
              for r in runs]
     return estimate([r.ctx.plan.settings.expected_batch for r in runs], evals, first.n_train, first.dataset.n_features, first.dataset.n_classes,
                     first.rates.n_parts, max(len(s.y) for s in runs[0].evals.values()), gpu=first.device.type == "cuda",
-                    selection=any(r.ctx.config.checkpoint == "private" for r in runs))
+                    selection=any(r.ctx.config.checkpoint == "private" for r in runs),
+                    batch_streams=len({(r.ctx.batch_seed, r.ctx.plan.settings.sampling_rate) for r in runs}))
 
 
 def _case(dataset: str, k: int, eval_every: int, out) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from raco_bench.packs.draws import block_steps
 from raco_bench.training.evaluation import EVAL_ROWS_CPU, EVAL_ROWS_GPU
 
-HISTORY_ENTRY_BYTES = 2_400  # one recorded evaluation of one configuration (Python dicts of every split's metrics), measured
+HISTORY_ENTRY_BYTES = 1_700  # one recorded evaluation of one configuration (Python dicts of every split's metrics): tracemalloc, docs/packs.md
 EVAL_BYTES_PER_ROW = 24  # per row, class and model of one evaluation chunk: its logits and working arrays, counted from the code
 WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has run a step and an evaluation, fitted to measured peaks
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
@@ -44,10 +44,12 @@ def expected_width(n_train: int, batch: float) -> int:
 
 
 def estimate(batches: list[float], evaluations: list[int], n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int,
-             gpu: bool = False, selection: bool = False) -> PackMemory:
+             gpu: bool = False, selection: bool = False, batch_streams: int | None = None) -> PackMemory:
     """The model for a pack of K = ``len(batches)`` configurations of these expected batch sizes, each recording its
     number of ``evaluations`` on splits of at most ``eval_rows`` rows (logistic regression: c × d weights), with
     ``selection``: some configurations select their checkpoint privately, which reads the validation logits whole.
+    ``batch_streams`` is the number of distinct Poisson batches a step draws (:attr:`~raco_bench.methods.lagrangian.engine.
+    PackSettings.batch_draws`); None counts one per configuration (own batch draws: an upper bound).
 
     An evaluation works on one chunk of rows at a time (:func:`raco_bench.training.evaluation.evaluate_linear`).
 
@@ -63,7 +65,8 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
     noise = sum(8 * K * count * block_steps(K, count) for count in (c * d + c, n_parts * c))  # Gaussian and Laplace drawn ahead
     width = max(expected_width(n_train, b) for b in counts)
-    noise += 16 * K * width * block_steps(K, 2 * width)  # the batches drawn ahead: at most one per configuration (own draws)
+    D = K if batch_streams is None else batch_streams
+    noise += 16 * D * width * block_steps(D, 2 * width)  # the distinct batches drawn ahead (raco_bench.packs.draws.BatchesAhead)
     state = K * (3 * 4 * (c * d + c) + 64 * 4) + noise  # params, update, settings and the noise blocks (float64)
     tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
     chunk = min(eval_rows, EVAL_ROWS_GPU if gpu else EVAL_ROWS_CPU)
