@@ -67,7 +67,8 @@ class DrawAhead:
 class BatchesAhead:
     """The Poisson batches of D distinct (batch stream, rate) pairs (``streams``, ``rates``: D each) on ``n`` rows,
     drawn for a block of steps in one :func:`~raco_bench.privacy.counter_rng.poisson_rows` call and never past
-    ``last_step``. A block holds about 4 bytes per drawn uniform ahead of use at most :data:`BLOCK_BYTES`."""
+    ``last_step``. A block holds at most :data:`BLOCK_BYTES`, counted at 16 bytes per uniform drawn (the rows and the
+    draws behind them), or a single step where one step alone is more (:func:`block_steps`)."""
 
     def __init__(self, streams: torch.Tensor, rates: torch.Tensor, n: int, source: rng.Keystream, last_step: int) -> None:
         self.streams, self.rates, self.n, self.source, self.last_step = streams, rates, n, source, last_step

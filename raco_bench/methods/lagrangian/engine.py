@@ -80,7 +80,8 @@ class PackSettings:
         return self._subsets[key]
 
     def _take_over(self, earlier: "PackSettings", index: torch.Tensor) -> None:
-        """Hold the blocks ``earlier`` drew ahead for its configurations at ``index`` (these settings' configurations)."""
+        """Hold the part of the blocks ``earlier`` drew ahead that is these settings': its configurations at ``index``
+        (noise, per configuration) and the distinct batches these settings draw (batches, per distinct stream)."""
         mine, theirs = self.batch_draws[0], earlier.batch_draws[0]
         position = {tuple(pair): i for i, pair in enumerate(theirs.tolist())}
         for key, ahead in earlier._ahead.items():
@@ -109,7 +110,7 @@ class PackSettings:
 
     def batches(self, n: int) -> BatchesAhead:
         """The distinct Poisson batches (:attr:`batch_draws`) on ``n`` rows, drawn a block of steps at a time
-        (:class:`~raco_bench.packs.draws.BatchesAhead`); dropped with the noise by :meth:`restricted`."""
+        (:class:`~raco_bench.packs.draws.BatchesAhead`); taken over or dropped with the noise by :meth:`restricted`."""
         key = (rng.BATCH, -1)
         if key not in self._ahead:
             distinct, _ = self.batch_draws
