@@ -264,8 +264,8 @@ def test_only_the_live_configurations_hold_noise_drawn_ahead(adult, monkeypatch)
     """A pack whose configurations finish at different T steps a shrinking live set (one restricted settings per set);
     a new live set takes over the blocks drawn ahead (raco_bench/packs/draws.py) for its configurations and the
     earlier set's are dropped, so a pack holds one set's blocks at a time and draws no step's batches or noise twice."""
-    drawn = []  # (purpose, step) of every stream drawn, batches and Gaussian noise
-    for name in ("poisson_rows", "normal"):
+    drawn = []  # (purpose, step, key) of every stream drawn: batches, Gaussian and Laplace noise
+    for name in ("poisson_rows", "normal", "laplace"):
         real = getattr(rng, name)
 
         def counting(keys, *args, real=real):
@@ -281,4 +281,4 @@ def test_only_the_live_configurations_hold_noise_drawn_ahead(adult, monkeypatch)
     assert len(settings) == 4  # the whole pack, then the live sets after T = 1, 25 and 33
     holding = [s for s in settings if any(a.block is not None for a in s._ahead.values())]
     assert len(holding) == 1 and holding[0] is settings[-1]
-    assert len(drawn) == len(set(drawn)) and {p for p, _, _ in drawn} == {rng.BATCH, rng.GAUSSIAN}
+    assert len(drawn) == len(set(drawn)) and {p for p, _, _ in drawn} == {rng.BATCH, rng.GAUSSIAN, rng.LAPLACE}

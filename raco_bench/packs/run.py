@@ -64,8 +64,9 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     draw is a function of (stream, step), so a resumed pack ends exactly as an uninterrupted one (docs/packs.md).
 
     A pack runs in torch's inference mode: batched engines compute their gradients in closed form and never use autograd,
-    and without its bookkeeping each of a step's small operations costs less (docs/packs.md, "Speed"). What a pack
-    returns is numpy (:func:`~raco_bench.training.loop.snapshot`)."""
+    and without its bookkeeping each of a step's small operations costs less (docs/packs.md, "Speed"). The parameters a
+    pack returns are numpy (:func:`~raco_bench.training.loop.snapshot`); its other tensors (private selection's noisy
+    counts) are inference tensors, to be read, not updated in place."""
     for r in runs:
         why = pack_blocker(r)
         if why is not None:

@@ -111,7 +111,7 @@ class PackSettings:
     def batches(self, n: int) -> BatchesAhead:
         """The distinct Poisson batches (:attr:`batch_draws`) on ``n`` rows, drawn a block of steps at a time
         (:class:`~raco_bench.packs.draws.BatchesAhead`); taken over or dropped with the noise by :meth:`restricted`."""
-        key = (rng.BATCH, -1)
+        key = (rng.BATCH, -n)  # one per size of the rows drawn from (an audit's worlds differ by a row)
         if key not in self._ahead:
             distinct, _ = self.batch_draws
             self._ahead[key] = BatchesAhead(distinct[:, 0], distinct[:, 1].view(torch.float64), n, self.source, int(self.steps.max()))
