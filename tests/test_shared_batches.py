@@ -156,3 +156,25 @@ def test_accounted_tuning_and_the_audit_keep_independent_draws():
     seeds = torch.arange(5, dtype=torch.int64)
     many = view.repeated(seeds)
     assert torch.equal(many.batch_seeds, seeds) and torch.equal(many.seeds, seeds)  # every audited run its own batches
+
+
+def test_a_live_set_that_takes_over_blocks_draws_what_it_would_draw_fresh(adult):
+    """The take-over's index mapping (PackSettings.restricted): a live set, in an order unlike the pack's, that takes over
+    the blocks drawn for the whole pack reads, at every later step of the block, each configuration's own batch rows and
+    noise, the same as settings restricted to it that draw everything afresh; the batches are not drawn again."""
+    from raco_bench.packs.tensors import take_rows
+
+    engine = LagrangianEngine(_runs(adult, SHARED))
+    s, data = engine.settings, engine.data
+    StepNoise.draw(s, data, 1)  # the whole pack's blocks, drawn at step 1
+    live = torch.tensor([5, 1, 4, 0])  # seed 8's and seed 7's batches at B = 512, in a new order; seed 7's at B = 1024 finished
+    taken, fresh = s.restricted(live), take_rows(s, live)
+    assert taken.batches(data.n).first == 1 and len(taken.batch_draws[0]) < len(s.batch_draws[0])
+    for t in range(2, 6):
+        a, b = StepNoise.draw(taken, data, t), StepNoise.draw(fresh, data, t)
+        assert a.widths == b.widths and torch.equal(a.laplace, b.laplace) and torch.equal(a.gaussian, b.gaussian)
+        for k in range(len(live)):
+            rows_a, valid_a = a.batch_rows(torch.tensor([k]), a.widths[k])
+            rows_b, valid_b = b.batch_rows(torch.tensor([k]), b.widths[k])
+            assert torch.equal(rows_a, rows_b) and bool(valid_a.all()), (t, k)
+    assert taken.batches(data.n).first == 1  # still the block the whole pack drew
