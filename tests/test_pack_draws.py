@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from raco_bench.packs.draws import BLOCK_BYTES, BLOCK_STEPS, BatchesAhead, DrawAhead, batch_width, block_steps
+from raco_bench.packs.draws import BLOCK_BYTES, BLOCK_STEPS, BatchesAhead, DrawAhead, block_steps
 from raco_bench.privacy import counter_rng as rng
 
 
@@ -53,7 +53,7 @@ def test_batches_drawn_ahead_are_each_streams_batch_alone(source):
 
 def test_batch_blocks_keep_to_the_byte_budget():
     """Rows and their uniforms held ahead stay within BLOCK_BYTES (16 bytes per uniform), at least one step."""
-    n, width = 30_000, batch_width(30_000, 1024 / 30_000)
+    n, width = 30_000, rng.poisson_width(30_000, 1024)
     for D in (25, 256):
         ahead = BatchesAhead(torch.arange(D), torch.full((D,), 1024 / 30_000, dtype=torch.float64), n, rng.REPRODUCIBLE, last_step=10**4)
         assert ahead.steps == block_steps(D, 2 * width) and (ahead.steps == 1 or 16 * D * width * ahead.steps <= BLOCK_BYTES)

@@ -16,7 +16,6 @@ rows a configuration draws alone at each step: a Poisson sample depends only on 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -30,12 +29,6 @@ BLOCK_STEPS = 16  # at most this many steps per block
 def block_steps(configs: int, count: int) -> int:
     """Steps per block for ``configs`` configurations drawing ``count`` numbers each per step (at least 1)."""
     return max(1, min(BLOCK_STEPS, BLOCK_BYTES // max(1, 8 * configs * count)))
-
-
-def batch_width(n: int, rate: float) -> int:
-    """The uniforms :func:`~raco_bench.privacy.counter_rng.poisson_rows` draws per stream and call at sampling rate
-    ``rate`` on ``n`` rows (the mean batch + 6 sd + 16): the padded width of a step's batches, before trimming."""
-    return n if rate >= 1 else min(n, int(n * rate + 6.0 * math.sqrt(n * rate + 1.0) + 16))
 
 
 class DrawAhead:
@@ -72,7 +65,7 @@ class BatchesAhead:
 
     def __init__(self, streams: torch.Tensor, rates: torch.Tensor, n: int, source: rng.Keystream, last_step: int) -> None:
         self.streams, self.rates, self.n, self.source, self.last_step = streams, rates, n, source, last_step
-        self.steps = block_steps(int(streams.shape[0]), batch_width(n, float(rates.max())) * 2)  # rows and the draws behind them
+        self.steps = block_steps(int(streams.shape[0]), rng.poisson_width(n, n * float(rates.max())) * 2)  # rows and the draws behind them
         self.first, self.rows, self.valid, self.widths = 0, None, None, []
 
     def restricted(self, index: torch.Tensor) -> "BatchesAhead":

@@ -10,10 +10,10 @@ beside each measured peak).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from raco_bench.packs.draws import block_steps
+from raco_bench.privacy.counter_rng import poisson_width
 from raco_bench.training.evaluation import EVAL_ROWS_CPU, EVAL_ROWS_GPU
 
 HISTORY_ENTRY_BYTES = 1_700  # one recorded evaluation of one configuration (Python dicts of every split's metrics): tracemalloc, docs/packs.md
@@ -38,11 +38,6 @@ class PackMemory:
         return self.tables + self.state + self.step + self.evaluation + self.history
 
 
-def expected_width(n_train: int, batch: float) -> int:
-    """The padded width of a step's widest Poisson batch of expected size ``batch`` (mean + 6 sd, as poisson_rows)."""
-    return min(n_train, int(batch + 6.0 * math.sqrt(batch + 1.0) + 16))
-
-
 def estimate(batches: list[float], evaluations: list[int], n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int,
              gpu: bool = False, selection: bool = False, batch_streams: int | None = None) -> PackMemory:
     """The model for a pack of K = ``len(batches)`` configurations of these expected batch sizes, each recording its
@@ -61,10 +56,10 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     counts: dict[float, int] = {}
     for b in batches:
         counts[b] = counts.get(b, 0) + 1
-    widest = max(n * expected_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
+    widest = max(n * poisson_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
     step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
     noise = sum(8 * K * count * block_steps(K, count) for count in (c * d + c, n_parts * c))  # Gaussian and Laplace drawn ahead
-    width = max(expected_width(n_train, b) for b in counts)
+    width = max(poisson_width(n_train, b) for b in counts)
     D = K if batch_streams is None else batch_streams
     noise += 16 * D * width * block_steps(D, 2 * width)  # the distinct batches drawn ahead (raco_bench.packs.draws.BatchesAhead)
     state = K * (3 * 4 * (c * d + c) + 64 * 4) + noise  # params, update, settings and the noise blocks (float64)

@@ -244,6 +244,12 @@ def normal(keys: torch.Tensor, count: int) -> torch.Tensor:
     return z[..., :count]
 
 
+def poisson_width(n: int, mean: float) -> int:
+    """The uniforms :func:`poisson_rows` draws per key in one round for a batch of expected size ``mean`` on ``n`` rows
+    (the mean + 6 sd + 16, at most n): the padded width of such a batch, before trimming."""
+    return min(n, int(mean + 6.0 * math.sqrt(mean + 1.0) + 16))
+
+
 def poisson_rows(keys: torch.Tensor, n: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A Poisson subsample of ``range(n)`` at rate ``q[k]`` for every key: ``(rows, valid)``, both K × M.
 
@@ -258,8 +264,7 @@ def poisson_rows(keys: torch.Tensor, n: int, q: torch.Tensor) -> tuple[torch.Ten
     log1mq = torch.log1p(-q.clamp(max=1.0 - 1e-16))[:, None]
     full = (q == 1.0)[:, None]
     qmax = float(q.max())
-    m = int(n * qmax + 6.0 * math.sqrt(n * qmax + 1.0) + 16) if qmax < 1 else n
-    m = min(m, n)
+    m = poisson_width(n, n * qmax) if qmax < 1 else n
     start, position = 0, torch.full((keys.shape[0], 1), -1, dtype=torch.int64, device=keys.device)
     chunks = []
     while True:
