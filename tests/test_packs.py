@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from baselines.dp_fermi.engine import FermiEngine
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, pack_step, slot_bytes
 from raco_bench.packs.rows import GatheredRows, IndexedRows
 from raco_bench.packs.run import PackCheckpoint, pack_blocker, train_pack, train_runs
@@ -169,13 +170,16 @@ def test_checkpoint_rules_pick_the_same_checkpoint_in_a_pack(adult, checkpoint):
             assert res.reported[split]["worst_group_loss"] == pytest.approx(alone.reported[split]["worst_group_loss"], rel=1e-3)
 
 
-@pytest.mark.parametrize("privacy", ["full", "none"])
-def test_dp_fermi_packs_equivalently(adult, privacy, products):
+@pytest.mark.parametrize("privacy,constraint", [("full", "demographic-parity"), ("none", "demographic-parity"), ("full", "equalized-odds")])
+def test_dp_fermi_packs_equivalently(adult, privacy, constraint, products):
+    """Demographic parity (one context, two groups) and equalized odds (a context per label: four cells of W)."""
     # σ given (calibrating it for ε = 50 by PLD takes ~30 s; calibration is tested with the plugin, tests/test_baselines.py)
     specs = [("dp-fermi", dict(batch_size=256, privacy=privacy, fairness=2.0, lr=0.3, lr_w=0.8, clip_theta=0.5, clip_w=2.0, w_radius=1.0,
                                noise_multiplier=1.5), 0.05, 30, 0),
              ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
-    for res, run in zip(train_pack(_runs(adult, specs), products=products), _runs(adult, specs)):
+    runs = _runs(adult, specs, constraint=constraint)
+    assert tuple(FermiEngine(runs).state.W.shape[1:3]) == ((2, 2) if constraint == "equalized-odds" else (1, 2))  # contexts × groups
+    for res, run in zip(train_pack(runs, products=products), _runs(adult, specs, constraint=constraint)):
         alone = execute(run)
         _assert_same(res, alone, rtol=1e-4)
         assert [e["w_norm"] for e in res.history] == pytest.approx([e["w_norm"] for e in alone.history], rel=1e-4)

@@ -102,19 +102,24 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     t = state.step + 1
     K = s.size
     rows, valid = rng.poisson_rows(rng.stream_keys(s.batch_seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
-    table = torch.index_select(data.table, 0, rows.reshape(-1)).view(*rows.shape, -1)
+    M = rows.shape[1]
+    table = torch.index_select(data.table, 0, rows.reshape(-1)).view(K, M, -1)
     batch = products(data.X, rows)
-    cb, sb = ctx_ids[rows], groups[rows]  # K × M
-    mask = valid.to(table.dtype)
     c = data.n_classes
     n_ctx, G = state.W.shape[1], state.W.shape[2]
-    k_index = torch.arange(K, device=rows.device)[:, None].expand_as(rows)
-    ipb = state.inv_sqrt_p[k_index, cb, sb]  # K × M
+    cells = n_ctx * G  # (context, group) cells: every per-row quantity of W depends on the row's cell alone
+    cell = torch.index_select(ctx_ids * G + groups, 0, rows.reshape(-1)).view(K, M, 1)
+    onehot = (cell == torch.arange(cells, device=rows.device)).to(table.dtype)  # K × M × cells
     F = softmax(batch.logits(state.weight, state.bias).permute(1, 2, 0))  # K × M × c
-    # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/dp_fermi/ermi.py)
-    colsq = (state.W**2).sum(2)  # K × contexts × c
-    a = 2.0 * ipb[..., None] * state.W[k_index, cb, sb] - colsq[k_index, cb]
-    coef = s.fairness[:, None, None] * a
+    # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/dp_fermi/ermi.py), per cell
+    W = state.W.reshape(K, cells, c)
+    ipb = state.inv_sqrt_p.reshape(K, cells, 1)  # 1/√p̂ of each cell
+    colsq = (state.W**2).sum(2).repeat_interleave(G, dim=1)  # K × cells × c: Σ_r W[ctx, r]² of each cell's context
+    a = 2.0 * ipb * W - colsq
+    inner = colsq - 2.0 * ipb * W + ipb**2  # ‖∇_W ψ̂_i‖² = 4 Σ_k F_ik² · inner[cell_i, k]
+    per_row = torch.bmm(onehot, torch.cat([s.fairness[:, None, None] * a, inner], 2))  # K × M × 2c: coef_i, inner_i
+    coef, inner_rows = per_row[..., :c], per_row[..., c:]
+    mask = valid.to(table.dtype)
     # θ: rank-1 per-sample gradients of CE + ⟨coef, F⟩, clipped to C_θ
     residual = F - table[..., :c]
     residual = torch.addcmul(residual, F, coef - (coef * F).sum(-1, keepdim=True))
@@ -123,15 +128,10 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     residual = residual * factor[..., None]
     grad_w = batch.gradient_sums(residual.permute(2, 0, 1))
     grad_b = residual.sum(1)
-    # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form
-    inner = colsq[k_index, cb] - 2.0 * ipb[..., None] * state.W[k_index, cb, sb] + (ipb**2)[..., None]
-    weight = clip_noise.clip_factors(4.0 * (F**2 * inner).sum(-1).clamp_min(0.0), s.clip_w[:, None], mask)  # ‖∇_W ψ̂_i‖ = 2√(…)
-    wF = weight[..., None] * F  # K × M × c
-    ctx_onehot = torch.nn.functional.one_hot(cb, n_ctx).to(F.dtype)  # K × M × contexts
-    cell_onehot = torch.nn.functional.one_hot(cb * G + sb, n_ctx * G).to(F.dtype)
-    per_ctx = torch.bmm(ctx_onehot.transpose(1, 2), wF)  # K × contexts × c
-    cell = torch.bmm(cell_onehot.transpose(1, 2), wF * ipb[..., None]).view(K, n_ctx, G, c)
-    gW = -2.0 * state.W * per_ctx[:, :, None, :] + 2.0 * cell
+    # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form, from each cell's sum of the clipped rows' w_i F_i
+    weight = clip_noise.clip_factors(4.0 * (F**2 * inner_rows).sum(-1).clamp_min(0.0), s.clip_w[:, None], mask)  # ‖∇_W ψ̂_i‖ = 2√(…)
+    per_cell = torch.bmm(onehot.transpose(1, 2), weight[..., None] * F).view(K, n_ctx, G, c)  # Σ_{i ∈ cell} w_i F_i
+    gW = -2.0 * state.W * per_cell.sum(2, keepdim=True) + 2.0 * ipb.view(K, n_ctx, G, 1) * per_cell
     if s.private:
         d = grad_w.shape[2]
         z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + n_ctx * G * c).to(grad_w.dtype)
