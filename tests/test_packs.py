@@ -177,9 +177,22 @@ def test_dp_fermi_packs_equivalently(adult, privacy, constraint, products):
     specs = [("dp-fermi", dict(batch_size=256, privacy=privacy, fairness=2.0, lr=0.3, lr_w=0.8, clip_theta=0.5, clip_w=2.0, w_radius=1.0,
                                noise_multiplier=1.5), 0.05, 30, 0),
              ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
-    runs = _runs(adult, specs, constraint=constraint)
-    assert tuple(FermiEngine(runs).state.W.shape[1:3]) == ((2, 2) if constraint == "equalized-odds" else (1, 2))  # contexts × groups
-    for res, run in zip(train_pack(runs, products=products), _runs(adult, specs, constraint=constraint)):
+    _same_fermi_pack(adult, specs, constraint, products)
+
+
+@pytest.mark.parametrize("constraint", ["demographic-parity", "equalized-odds"])
+def test_a_three_class_dp_fermi_pack_equals_its_runs_alone(adult, constraint, products):
+    """DP-FERMI's general (c-class) step: softmax over classes, per-cell coefficients for each class (the two-class
+    step works on the margin)."""
+    specs = [("dp-fermi", dict(batch_size=512, privacy="full", fairness=2.0, lr=0.3, clip_theta=0.5, noise_multiplier=1.5), 0.05, 20, 2)]
+    _same_fermi_pack(_three_classes(adult), specs, constraint, products)
+
+
+def _same_fermi_pack(dataset, specs, constraint, products):
+    runs = _runs(dataset, specs, constraint=constraint)
+    engine = FermiEngine(runs)  # W: contexts × groups, a context per label under equalized odds
+    assert tuple(engine.state.W.shape[1:3]) == ((engine.data.n_classes if constraint == "equalized-odds" else 1), 2)
+    for res, run in zip(train_pack(runs, products=products), _runs(dataset, specs, constraint=constraint)):
         alone = execute(run)
         _assert_same(res, alone, rtol=1e-4)
         assert [e["w_norm"] for e in res.history] == pytest.approx([e["w_norm"] for e in alone.history], rel=1e-4)

@@ -108,29 +108,19 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     c = data.n_classes
     n_ctx, G = state.W.shape[1], state.W.shape[2]
     cells = n_ctx * G  # (context, group) cells: every per-row quantity of W depends on the row's cell alone
-    cell = torch.index_select(ctx_ids * G + groups, 0, rows.reshape(-1)).view(K, M, 1)
-    onehot = (cell == torch.arange(cells, device=rows.device)).to(table.dtype)  # K × M × cells
-    F = softmax(batch.logits(state.weight, state.bias).permute(1, 2, 0))  # K × M × c
+    cell = torch.index_select(ctx_ids * G + groups, 0, rows.reshape(-1)).view(K, 1, M)
+    onehot = (cell == torch.arange(cells, device=rows.device)[:, None]).to(table.dtype)  # K × cells × M
     # λψ̂_i = ⟨coef_i, F_i⟩ − λ with a_i = 2 W[ctx_i, s_i] / √p_i − Σ_r W[ctx_i, r]² (baselines/dp_fermi/ermi.py), per cell
     W = state.W.reshape(K, cells, c)
     ipb = state.inv_sqrt_p.reshape(K, cells, 1)  # 1/√p̂ of each cell
     colsq = (state.W**2).sum(2).repeat_interleave(G, dim=1)  # K × cells × c: Σ_r W[ctx, r]² of each cell's context
-    a = 2.0 * ipb * W - colsq
+    coef = s.fairness[:, None, None] * (2.0 * ipb * W - colsq)
     inner = colsq - 2.0 * ipb * W + ipb**2  # ‖∇_W ψ̂_i‖² = 4 Σ_k F_ik² · inner[cell_i, k]
-    per_row = torch.bmm(onehot, torch.cat([s.fairness[:, None, None] * a, inner], 2))  # K × M × 2c: coef_i, inner_i
-    coef, inner_rows = per_row[..., :c], per_row[..., c:]
     mask = valid.to(table.dtype)
-    # θ: rank-1 per-sample gradients of CE + ⟨coef, F⟩, clipped to C_θ
-    residual = F - table[..., :c]
-    residual = torch.addcmul(residual, F, coef - (coef * F).sum(-1, keepdim=True))
-    norms_sq = residual.square().sum(-1) * table[..., c]
-    factor = clip_noise.clip_factors(norms_sq, s.clip_theta[:, None], mask)
-    residual = residual * factor[..., None]
-    grad_w = batch.gradient_sums(residual.permute(2, 0, 1))
-    grad_b = residual.sum(1)
-    # W: Σ_i clip(∇_W ψ̂_i, C_W) in closed form, from each cell's sum of the clipped rows' w_i F_i
-    weight = clip_noise.clip_factors(4.0 * (F**2 * inner_rows).sum(-1).clamp_min(0.0), s.clip_w[:, None], mask)  # ‖∇_W ψ̂_i‖ = 2√(…)
-    per_cell = torch.bmm(onehot.transpose(1, 2), weight[..., None] * F).view(K, n_ctx, G, c)  # Σ_{i ∈ cell} w_i F_i
+    sums = _two_class_sums if c == 2 else _sums
+    head, grad_b, per_cell = sums(batch.relative_logits(state.weight, state.bias), table, onehot, mask, coef, inner, s)
+    grad_w = batch.head_sums(head)  # θ's residual sums to zero over classes: the last class's sums are minus the others'
+    per_cell = per_cell.view(K, n_ctx, G, c)  # Σ_{i ∈ cell} w_i F_i, w_i the clipping factor of row i's W gradient
     gW = -2.0 * state.W * per_cell.sum(2, keepdim=True) + 2.0 * ipb.view(K, n_ctx, G, 1) * per_cell
     if s.private:
         d = grad_w.shape[2]
@@ -138,6 +128,44 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
         grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_theta, z[:, : c * d + c])
         (gW,) = clip_noise.add_gaussian([gW], s.noise_w, z[:, c * d + c :])
     return FermiRelease(grad_w, grad_b, gW)
+
+
+def _sums(relative: torch.Tensor, table: torch.Tensor, onehot: torch.Tensor, mask: torch.Tensor, coef: torch.Tensor,
+          inner: torch.Tensor, s: FermiPackSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From the logits relative to the last class ((c − 1) × K × M), the rows' label and norm columns (``table``), their
+    cell one-hot (K × cells × M) and each cell's coefficients and W-gradient constants (K × cells × c): θ's sums of
+    per-sample gradients clipped to C_θ, as the clipped residual's first c − 1 classes ((c − 1) × K × M, for
+    ``head_sums``) and the bias's sums (K × c), and each cell's Σ w_i F_i (K × cells × c), w_i clipping row i's W
+    gradient to C_W."""
+    c = coef.shape[2]
+    F = softmax(torch.cat([relative, torch.zeros_like(relative[:1])]).permute(1, 2, 0))  # K × M × c
+    per_row = torch.bmm(onehot.transpose(1, 2), torch.cat([coef, inner], 2))  # K × M × 2c: coef_i, inner_i
+    coef_rows, inner_rows = per_row[..., :c], per_row[..., c:]
+    # θ: rank-1 per-sample gradients of CE + ⟨coef, F⟩, clipped to C_θ
+    residual = F - table[..., :c]
+    residual = torch.addcmul(residual, F, coef_rows - (coef_rows * F).sum(-1, keepdim=True))
+    norms_sq = residual.square().sum(-1) * table[..., c]
+    residual = residual * clip_noise.clip_factors(norms_sq, s.clip_theta[:, None], mask)[..., None]
+    weight = clip_noise.clip_factors(4.0 * (F**2 * inner_rows).sum(-1).clamp_min(0.0), s.clip_w[:, None], mask)  # ‖∇_W ψ̂_i‖ = 2√(…)
+    return residual.permute(2, 0, 1)[:-1], residual.sum(1), torch.bmm(onehot, weight[..., None] * F)
+
+
+def _two_class_sums(relative: torch.Tensor, table: torch.Tensor, onehot: torch.Tensor, mask: torch.Tensor, coef: torch.Tensor,
+                    inner: torch.Tensor, s: FermiPackSettings) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_sums` for two classes in arrays of K × M (docs/packs.md, "Speed"). With p₀ = sigmoid(z₀ − z₁) and
+    p₁ = 1 − p₀, the θ residual is r₀ = p₀ − y₀ + p₀p₁(coef₀ − coef₁) and r₁ = −r₀ (the softmax identity of the
+    Lagrangian engine), a row's θ gradient has squared norm 2r₀²(‖x‖² + 1) and its W gradient 4(p₀²inner₀ + p₁²inner₁),
+    and a cell's Σ w_i F_i is (Σ w_i p₀ᵢ, Σ w_i − Σ w_i p₀ᵢ)."""
+    per_row = torch.bmm(torch.stack([coef[..., 0] - coef[..., 1], inner[..., 0], inner[..., 1]], 1), onehot)  # K × 3 × M
+    gap, inner0, inner1 = per_row.unbind(1)
+    p0 = torch.sigmoid(relative[0])  # K × M
+    p1 = 1.0 - p0
+    r0 = torch.addcmul(p0 - table[..., 0], p0 * p1, gap)
+    r0 = r0 * clip_noise.clip_factors(2.0 * r0.square() * table[..., 2], s.clip_theta[:, None], mask)
+    sum0 = r0.sum(1, keepdim=True)
+    weight = clip_noise.clip_factors(4.0 * (p0.square() * inner0 + p1.square() * inner1).clamp_min(0.0), s.clip_w[:, None], mask)
+    wp0 = weight * p0
+    return r0[None], torch.cat([sum0, -sum0], 1), torch.bmm(onehot, torch.stack([wp0, weight - wp0], 2))
 
 
 def apply_fermi_release(state: FermiPackState, s: FermiPackSettings, release: FermiRelease) -> FermiPackState:
