@@ -89,9 +89,13 @@ def test_every_lagrangian_method_shares_batches_equivalently(adult, method):
 
 
 def test_dp_fermi_draws_shared_batches_alone_and_in_a_pack(adult):
-    specs = [("dp-fermi", {"batch_size": 512, "lr": lr, "noise_multiplier": 2.0}, 0.05, 8, 7) for lr in (0.1, 0.3)]
+    """Two configurations sharing a batch, beside one of another seed and one of another batch size (a step draws
+    each distinct batch once and hands it to the configurations that draw it)."""
+    specs = [("dp-fermi", {"batch_size": b, "lr": lr, "noise_multiplier": 2.0}, 0.05, 8, seed)
+             for lr, b, seed in ((0.1, 512, 7), (0.2, 512, 8), (0.3, 512, 7), (0.4, 640, 7))]
     runs = _runs(adult, specs)
-    assert runs[0].ctx.batch_seed == runs[1].ctx.batch_seed != runs[0].ctx.stream_id
+    assert runs[0].ctx.batch_seed == runs[2].ctx.batch_seed == runs[3].ctx.batch_seed != runs[1].ctx.batch_seed
+    assert runs[0].ctx.batch_seed != runs[0].ctx.stream_id
     for res, run in zip(train_pack(runs), _runs(adult, specs)):
         _assert_same(res, execute(run), rtol=1e-4)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import RowProducts, rows_for
 from raco_bench.packs.tensors import chunks, put_rows, softmax, take_rows
@@ -101,7 +102,9 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     products = products or rows_for(data.X.device)
     t = state.step + 1
     K = s.size
-    rows, valid = rng.poisson_rows(rng.stream_keys(s.batch_seeds, t, rng.BATCH, s.source), data.n, s.sampling_rate)
+    distinct, which = distinct_batches(s.batch_seeds, s.sampling_rate)  # each distinct batch drawn once
+    rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
+    rows, valid = rows[which], valid[which]  # K × M
     M = rows.shape[1]
     table = torch.index_select(data.table, 0, rows.reshape(-1)).view(K, M, -1)
     batch = products(data.X, rows)

@@ -31,6 +31,15 @@ def block_steps(configs: int, count: int) -> int:
     return max(1, min(BLOCK_STEPS, BLOCK_BYTES // max(1, 8 * configs * count)))
 
 
+def distinct_batches(batch_seeds: torch.Tensor, sampling_rate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct (batch stream, q) pairs of a pack's configurations (D × 2, q's float64 bits as int64) and which one
+    each configuration draws (K): configurations that share their batch stream and rate draw the same Poisson batch
+    at every step (docs/packs.md, "Shared batches"), so a step draws each distinct batch once."""
+    pairs = torch.stack([batch_seeds, sampling_rate.view(torch.int64)], 1)
+    distinct, which = torch.unique(pairs, dim=0, return_inverse=True)
+    return distinct, which
+
+
 class DrawAhead:
     """One purpose's draws (e.g. :func:`~raco_bench.privacy.counter_rng.laplace`) for the configurations of ``seeds``,
     ``count`` per step, drawn in blocks of steps and never past ``last_step`` (the pack's longest T)."""

@@ -24,7 +24,7 @@ import torch
 
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.methods.lagrangian.step import lagrangian_report
-from raco_bench.packs.draws import BatchesAhead, DrawAhead
+from raco_bench.packs.draws import BatchesAhead, DrawAhead, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
@@ -142,9 +142,7 @@ class PackSettings:
     def batch_draws(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The distinct (batch stream, q) pairs (D × 2, q's float64 bits as int64) and which one each configuration
         draws (K): a step draws each distinct batch once. Computed once per settings (they do not change by step)."""
-        pairs = torch.stack([self.batch_seeds, self.sampling_rate.view(torch.int64)], 1)
-        distinct, batch = torch.unique(pairs, dim=0, return_inverse=True)
-        return distinct, batch
+        return distinct_batches(self.batch_seeds, self.sampling_rate)
 
 
 @dataclass(frozen=True)
