@@ -16,7 +16,9 @@ every run drawing its own batches and once with shared batch draws (the sweep de
 * the ratio of RaCO-DP to DP-SGD step cost per configuration inside the largest pack (same B, σ): the median of
   ratios of alternating pairs of runs, so that the machine's drift in speed hits both sides of each ratio;
 * the cost of secret randomness: RaCO-DP's step cost per configuration inside the largest pack with the
-  secret word source (AES-256-CTR, the default) over the reproducible one (SplitMix64).
+  secret word source (AES-256-CTR, the default) over the reproducible one (SplitMix64);
+* with ``--also METHOD …``, the same step costs (alone and per configuration inside the largest pack) for other
+  methods with a batched engine, e.g. ``--also dp-fermi``, and their ratio to DP-SGD's.
 
 Every configuration draws from the secret word source (one key per pack, as a sweep's trials do) unless
 stated otherwise.
@@ -39,7 +41,7 @@ import time
 import torch
 
 from raco_bench import tracking
-from raco_bench.methods import DEFAULT_METHOD, get_method, timing_reference
+from raco_bench.methods import DEFAULT_METHOD, METHOD_NAMES, get_method, method_class, timing_reference
 from raco_bench.methods.space import sample_configs
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.progress import Progress
@@ -79,7 +81,7 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dict:
+def measure(sizes: list[int], device: str, eval_every: int, singles: int, also: tuple[str, ...] = ()) -> dict:
     from raco_bench.data import load_dataset
     from raco_bench.packs.run import train_runs
 
@@ -87,7 +89,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
     ds = load_dataset("adult")
     cache = CalibrationCache()
     rows = []
-    progress = Progress("bench throughput", 2 * len(sizes) + 4, every=0.0)
+    progress = Progress("bench throughput", 2 * len(sizes) + 4 + len(also), every=0.0)
     for size in sizes:
         k = singles if size == 1 else size
         for draws in DRAWS if size > 1 else ("own",):  # alone, a run's batches cost the same from either stream
@@ -117,7 +119,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
         runs = _runs(ds, method, big, device, 10**6, cache, fixed, steps=100, randomness=randomness)
         return statistics.fmean(r.timing["ms_per_step"] for r in train_runs(runs))
 
-    for method in (DEFAULT_METHOD, timing_reference()):
+    for method in (DEFAULT_METHOD, timing_reference(), *also):
         alone_ms(method), packed_ms(method)  # warm-up runs, not counted
         alone = statistics.median(alone_ms(method) for _ in range(REPEATS_ALONE))
         packed = statistics.median(packed_ms(method) for _ in range(REPEATS_PACKED))
@@ -129,7 +131,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int) -> dic
 
     packed_ms(DEFAULT_METHOD, "reproducible")
     step_cost["reproducible"] = (math.nan, statistics.median(packed_ms(DEFAULT_METHOD, "reproducible") for _ in range(REPEATS_PACKED)))
-    return {"rows": rows, "step_cost": step_cost, "largest": big, "pair_ratios": pairs}
+    return {"rows": rows, "step_cost": step_cost, "largest": big, "pair_ratios": pairs, "also": list(also)}
 
 
 def hardware(device: str) -> str:
@@ -157,6 +159,10 @@ def format_report(out: dict, hw: str) -> str:
               f"separate medians {rp / dp:.3f}; alone: {ra / da:.3f})"]
     _, rr = out["step_cost"]["reproducible"]
     lines.append(f"secret / reproducible randomness, {ours} step cost per configuration inside the pack: {rp / rr:.3f} ({rp:.4f} / {rr:.4f} ms)")
+    for method in out.get("also", []):
+        alone, packed = out["step_cost"][method]
+        lines.append(f"{method}: {packed:.4f} ms per configuration in a pack of {out['largest']}, {alone:.3f} ms alone; "
+                     f"/ {base} in the pack {packed / dp:.3f} (separate medians)")
     return "\n".join(lines)
 
 
@@ -165,6 +171,10 @@ def log(uri: str, out: dict, hw: str) -> str:
     _, rr = out["step_cost"]["reproducible"]
     metrics = {"pack_step_ratio_raco_dp": rp / ra, "pack_step_ratio_dp_sgd": dp / da, "raco_dp_over_dp_sgd_in_pack": statistics.median(out["pair_ratios"]),
                "secret_over_reproducible_in_pack": rp / rr}
+    for method in out.get("also", []):
+        alone, packed = out["step_cost"][method]
+        key = method.replace("-", "_")
+        metrics |= {f"pack_step_ms_{key}": packed, f"alone_step_ms_{key}": alone, f"{key}_over_{timing_reference().replace('-', '_')}_in_pack": packed / dp}
     parent = tracking.RunRecord(f"throughput {hw}", {tracking.KIND: "throughput", "hardware": hw}, {"largest_pack": out["largest"]}, metrics)
     rows = [tracking.RunRecord(f"pack size {r['pack_size']} ({r['batch_draws']} batches)", {tracking.KIND: "throughput-row"},
                                {"pack_size": r["pack_size"], "batch_draws": r["batch_draws"], "hardware": hw},
@@ -187,14 +197,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=100, help="evaluation interval of every configuration (default 100)")
     p.add_argument("--singles", type=int, default=8, help="configurations timed alone for pack size 1 (default 8)")
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
+    p.add_argument("--also", nargs="+", default=[], metavar="METHOD",
+                   help="other methods with a batched engine whose step cost in the largest pack is measured too (e.g. dp-fermi)")
     p.add_argument("--no-mlflow", action="store_true")
     args = p.parse_args(argv)
+    for method in args.also:
+        if method not in METHOD_NAMES:
+            p.error(f"--also {method}: no such method; choose among {', '.join(METHOD_NAMES)}")
+        if method_class(method).engine is None:
+            p.error(f"--also {method}: it has no batched engine, so it has no step cost inside a pack; choose a method that packs")
+    also = tuple(m for m in dict.fromkeys(args.also) if m not in (DEFAULT_METHOD, timing_reference()))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")
     sizes = args.sizes or ([1, 64, 256, 1024, 4096] if args.device.startswith("cuda") else [1, 16, 64, 256])
     if any(s < 1 for s in sizes):
         p.error("pack sizes must be >= 1")
-    out = measure(sorted(set(sizes)), args.device, args.eval_every, args.singles)
+    out = measure(sorted(set(sizes)), args.device, args.eval_every, args.singles, also)
     hw = hardware(args.device)
     print(format_report(out, hw))
     if not args.no_mlflow:
