@@ -16,8 +16,10 @@ import torch
 from test_packs import _assert_same, _three_classes
 from test_packs import _runs as runs_in_packs
 
+from baselines.dp_fermi.engine import FermiEngine, shared_parts
 from raco_bench.methods.lagrangian import engine as lagrangian
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, StepNoise
+from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.rows import GatheredRows, IndexedRows
 from raco_bench.packs.run import train_pack
 from raco_bench.privacy import counter_rng as rng
@@ -89,13 +91,17 @@ def test_every_lagrangian_method_shares_batches_equivalently(adult, method):
 
 
 def test_dp_fermi_draws_shared_batches_alone_and_in_a_pack(adult):
-    """Two configurations sharing a batch, beside one of another seed and one of another batch size (a step draws
-    each distinct batch once and hands it to the configurations that draw it)."""
+    """Two groups of configurations that share a batch (three and two: the smaller one padded by repeating a member),
+    beside one of another batch size (a step draws each distinct batch once, multiplies each group with its rows
+    together, and the configuration alone on its own)."""
     specs = [("dp-fermi", {"batch_size": b, "lr": lr, "noise_multiplier": 2.0}, 0.05, 8, seed)
-             for lr, b, seed in ((0.1, 512, 7), (0.2, 512, 8), (0.3, 512, 7), (0.4, 640, 7))]
+             for lr, b, seed in ((0.1, 512, 7), (0.2, 512, 8), (0.3, 512, 7), (0.4, 640, 7), (0.5, 512, 8), (0.6, 512, 7))]
     runs = _runs(adult, specs)
-    assert runs[0].ctx.batch_seed == runs[2].ctx.batch_seed == runs[3].ctx.batch_seed != runs[1].ctx.batch_seed
+    assert runs[0].ctx.batch_seed == runs[2].ctx.batch_seed == runs[3].ctx.batch_seed == runs[5].ctx.batch_seed != runs[1].ctx.batch_seed
     assert runs[0].ctx.batch_seed != runs[0].ctx.stream_id
+    settings = FermiEngine(runs).settings
+    parts = shared_parts(distinct_batches(settings.batch_seeds, settings.sampling_rate)[1].tolist())
+    assert [k for _, k in parts] == [3, 1] and parts[1][0] == [3] and sorted(set(parts[0][0])) == [0, 1, 2, 4, 5] and len(parts[0][0]) == 6
     for res, run in zip(train_pack(runs), _runs(adult, specs)):
         _assert_same(res, execute(run), rtol=1e-4)
 

@@ -16,7 +16,7 @@ import torch
 
 from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
-from raco_bench.packs.rows import RowProducts, rows_for
+from raco_bench.packs.rows import RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import chunks, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
@@ -98,16 +98,55 @@ def _step(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups:
 
 def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings,
                   products: RowProducts | None = None) -> FermiRelease:
-    """The release of step ``state.step + 1`` for every configuration of ``s`` (all within their T, one batch-size group)."""
+    """The release of step ``state.step + 1`` for every configuration of ``s`` (all within their T, one batch-size group).
+
+    Each distinct batch is drawn once. Configurations that draw the same batch (docs/packs.md, "Shared batches") are
+    multiplied with its rows together (:class:`~raco_bench.packs.rows.SharedRows`, groups padded to one size by
+    repeating a member, which computes its own values twice); the others by ``products``."""
     products = products or rows_for(data.X.device)
     t = state.step + 1
-    K = s.size
     distinct, which = distinct_batches(s.batch_seeds, s.sampling_rate)  # each distinct batch drawn once
     rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
-    rows, valid = rows[which], valid[which]  # K × M
+    c, d, cells = data.n_classes, data.X.shape[1], state.W.shape[1] * state.W.shape[2]
+    z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + cells * c) if s.private else None
+    parts = shared_parts(which.tolist())
+    if len(parts) == 1 and parts[0][1] == 1:  # no two configurations share a batch
+        return _release(state, data, ctx_ids, groups, s, products(data.X, rows[which]), rows[which], valid[which], z)
+    out = FermiRelease(torch.empty_like(state.weight), torch.empty_like(state.bias), torch.empty_like(state.W))
+    for members, k in parts:
+        idx = torch.tensor(members, device=rows.device)
+        b = which[idx]
+        batch = SharedRows(data.X, rows[b[::k]], group=k) if k > 1 else products(data.X, rows[b])
+        part = _release(take_rows(state, idx), data, ctx_ids, groups, take_rows(s, idx), batch, rows[b], valid[b], None if z is None else z[idx])
+        out.grad_w[idx], out.grad_b[idx], out.grad_W[idx] = part.grad_w, part.grad_b, part.grad_W  # a repeated member writes its own values again
+    return out
+
+
+def shared_parts(batch: list[int]) -> list[tuple[list[int], int]]:
+    """The configurations of a step as (members, k): the configurations that share a batch (``batch[i]``: which distinct
+    batch configuration i draws) in groups of k consecutive members, each group padded to the largest by repeating its
+    first member; then those alone as (members, 1)."""
+    by_batch: dict[int, list[int]] = {}
+    for i, b in enumerate(batch):
+        by_batch.setdefault(b, []).append(i)
+    shared = [g for g in by_batch.values() if len(g) > 1]
+    alone = [g[0] for g in by_batch.values() if len(g) == 1]
+    parts = []
+    if shared:
+        k = max(len(g) for g in shared)
+        parts.append(([m for g in shared for m in g + [g[0]] * (k - len(g))], k))
+    if alone:
+        parts.append((alone, 1))
+    return parts
+
+
+def _release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings, batch,
+             rows: torch.Tensor, valid: torch.Tensor, z: torch.Tensor | None) -> FermiRelease:
+    """:func:`fermi_release` for configurations whose batch rows (K × M), products with them (``batch``) and unit Gaussian
+    draws (``z``, None without privacy) are given."""
+    K = s.size
     M = rows.shape[1]
     table = torch.index_select(data.table, 0, rows.reshape(-1)).view(K, M, -1)
-    batch = products(data.X, rows)
     c = data.n_classes
     n_ctx, G = state.W.shape[1], state.W.shape[2]
     cells = n_ctx * G  # (context, group) cells: every per-row quantity of W depends on the row's cell alone
@@ -126,8 +165,7 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     per_cell = per_cell.view(K, n_ctx, G, c)  # Σ_{i ∈ cell} w_i F_i, w_i the clipping factor of row i's W gradient
     gW = -2.0 * state.W * per_cell.sum(2, keepdim=True) + 2.0 * ipb.view(K, n_ctx, G, 1) * per_cell
     if s.private:
-        d = grad_w.shape[2]
-        z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + n_ctx * G * c).to(grad_w.dtype)
+        d, z = grad_w.shape[2], z.to(grad_w.dtype)
         grad_w, grad_b = clip_noise.add_gaussian([grad_w, grad_b], s.noise_theta, z[:, : c * d + c])
         (gW,) = clip_noise.add_gaussian([gW], s.noise_w, z[:, c * d + c :])
     return FermiRelease(grad_w, grad_b, gW)
