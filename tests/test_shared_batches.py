@@ -16,12 +16,13 @@ import torch
 from test_packs import _assert_same, _three_classes
 from test_packs import _runs as runs_in_packs
 
-from baselines.dp_fermi.engine import FermiEngine, shared_parts
+from baselines.dp_fermi.engine import FermiEngine, fermi_release, shared_parts
 from raco_bench.methods.lagrangian import engine as lagrangian
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, StepNoise
 from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.rows import GatheredRows, IndexedRows
 from raco_bench.packs.run import train_pack
+from raco_bench.packs.tensors import take_rows
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.training.config import RunConfig, batch_stream_id, stream_id
@@ -103,7 +104,31 @@ def test_dp_fermi_draws_shared_batches_alone_and_in_a_pack(adult):
     parts = shared_parts(distinct_batches(settings.batch_seeds, settings.sampling_rate)[1].tolist())
     assert [k for _, k in parts] == [3, 1] and parts[1][0] == [3] and sorted(set(parts[0][0])) == [0, 1, 2, 4, 5] and len(parts[0][0]) == 6
     for res, run in zip(train_pack(runs), _runs(adult, specs)):
-        _assert_same(res, execute(run), rtol=1e-4)
+        alone = execute(run)
+        _assert_same(res, alone, rtol=1e-4)
+        assert [e["w_norm"] for e in res.history] == pytest.approx([e["w_norm"] for e in alone.history], rel=1e-4)
+
+
+@pytest.mark.parametrize("classes,constraint,privacy", [(2, "demographic-parity", "full"), (2, "equalized-odds", "full"),
+                                                        (2, "demographic-parity", "none"), (3, "equalized-odds", "full")])
+@pytest.mark.parametrize("products", [IndexedRows, GatheredRows], ids=["indexed", "gathered"])
+def test_a_dp_fermi_step_with_shared_batches_releases_what_each_configuration_releases_alone(adult, classes, constraint, privacy, products):
+    """One step's release, tensor by tensor (θ's noisy sums and W's), of a pack mixing two groups that share a batch
+    (one padded) and a configuration alone, against each configuration's release computed on its own (its own batch,
+    its own noise, no sharing), after three steps so that W is not at its start."""
+    data = _three_classes(adult) if classes == 3 else adult
+    specs = [("dp-fermi", {"batch_size": b, "lr": lr, "lr_w": 0.5, "fairness": 2.0, "noise_multiplier": 2.0, "privacy": privacy}, 0.05, 8, seed)
+             for lr, b, seed in ((0.1, 512, 7), (0.2, 512, 8), (0.3, 512, 7), (0.4, 640, 7), (0.5, 512, 8))]
+    engine = FermiEngine(_runs(data, specs, constraint=constraint), products)
+    for _ in range(3):
+        engine.step()
+    args = (engine.data, engine.ctx_ids, engine.groups)
+    together = fermi_release(engine.state, *args, engine.settings, products)
+    for k in range(len(specs)):
+        one = torch.tensor([k])
+        alone = fermi_release(take_rows(engine.state, one), *args, take_rows(engine.settings, one), products)
+        for name in ("grad_w", "grad_b", "grad_W"):
+            torch.testing.assert_close(getattr(together, name)[k], getattr(alone, name)[0], rtol=1e-5, atol=1e-4, msg=f"{name} of {k}")
 
 
 def test_the_batch_stream_is_shared_by_seed_and_nothing_else_and_own_by_default():
