@@ -10,6 +10,7 @@ vector (θ's parameters in order, then W) from the streams of (seed, t), exactly
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,14 @@ class FermiPackSettings:
     @property
     def size(self) -> int:
         return int(self.seeds.shape[0])
+
+    @functools.cached_property
+    def batch_draws(self) -> tuple[torch.Tensor, torch.Tensor, list[tuple[list[int], int]]]:
+        """The distinct (batch stream, q) pairs (:func:`~raco_bench.packs.draws.distinct_batches`), which one each
+        configuration draws, and the configurations grouped by the batch they share (:func:`shared_parts`); found once
+        per settings (they do not change by step)."""
+        distinct, which = distinct_batches(self.batch_seeds, self.sampling_rate)
+        return distinct, which, shared_parts(which.tolist())
 
 
 @dataclass
@@ -105,11 +114,10 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     repeating a member, which computes its own values twice); the others by ``products``."""
     products = products or rows_for(data.X.device)
     t = state.step + 1
-    distinct, which = distinct_batches(s.batch_seeds, s.sampling_rate)  # each distinct batch drawn once
+    distinct, which, parts = s.batch_draws  # each distinct batch drawn once
     rows, valid = rng.poisson_rows(rng.stream_keys(distinct[:, 0], t, rng.BATCH, s.source), data.n, distinct[:, 1].view(torch.float64))
     c, d, cells = data.n_classes, data.X.shape[1], state.W.shape[1] * state.W.shape[2]
     z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + cells * c) if s.private else None
-    parts = shared_parts(which.tolist())
     if len(parts) == 1 and parts[0][1] == 1:  # no two configurations share a batch
         return _release(state, data, ctx_ids, groups, s, products(data.X, rows[which]), rows[which], valid[which], z)
     out = FermiRelease(torch.empty_like(state.weight), torch.empty_like(state.bias), torch.empty_like(state.W))
@@ -205,8 +213,8 @@ def _two_class_sums(relative: torch.Tensor, table: torch.Tensor, onehot: torch.T
     r0 = r0 * clip_noise.clip_factors(2.0 * r0.square() * table[..., 2], s.clip_theta[:, None], mask)
     sum0 = r0.sum(1, keepdim=True)
     weight = clip_noise.clip_factors(4.0 * (p0.square() * inner0 + p1.square() * inner1).clamp_min(0.0), s.clip_w[:, None], mask)
-    wp0 = weight * p0
-    return r0[None], torch.cat([sum0, -sum0], 1), torch.bmm(onehot, torch.stack([wp0, weight - wp0], 2))
+    cell0, cell_w = torch.bmm(onehot, (weight * p0)[..., None]), torch.bmm(onehot, weight[..., None])  # K × cells × 1 each
+    return r0[None], torch.cat([sum0, -sum0], 1), torch.cat([cell0, cell_w - cell0], 2)
 
 
 def apply_fermi_release(state: FermiPackState, s: FermiPackSettings, release: FermiRelease) -> FermiPackState:
