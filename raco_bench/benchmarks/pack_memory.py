@@ -1,6 +1,7 @@
 """`raco-bench bench memory`: a pack's measured peak memory beside the memory model (raco_bench/packs/memory.py).
 
-Each case runs in a fresh process: it loads the dataset, prepares K RaCO-DP runs as a sweep's phase 1 does
+Each case runs in a fresh process: it loads the dataset, prepares K RaCO-DP runs (``--method``: another method with a
+batched engine) as a sweep's phase 1 does
 (sampled configurations × 5 seeds, ε = 1, T calibrated, evaluation every ``--eval-every`` steps, shared batch draws),
 reads its resident memory, then trains the pack while a thread samples the resident memory every 5 ms. The pack's
 peak is the largest sample minus the memory before training (the process, the dataset and the prepared runs are not
@@ -14,6 +15,8 @@ import multiprocessing as mp
 import os
 import threading
 import time
+
+from raco_bench.methods import DEFAULT_METHOD, METHOD_NAMES, method_class
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -31,24 +34,23 @@ def model_for(runs: list):
     first = runs[0].ctx
     evals = [evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
              for r in runs]
-    return estimate([r.ctx.plan.settings.expected_batch for r in runs], evals, first.n_train, first.dataset.n_features, first.dataset.n_classes,
+    return estimate([float(r.ctx.hyper.batch_size) for r in runs], evals, first.n_train, first.dataset.n_features, first.dataset.n_classes,
                     first.rates.n_parts, max(len(s.y) for s in runs[0].evals.values()), gpu=first.device.type == "cuda",
                     selection=any(r.ctx.config.checkpoint == "private" for r in runs),
-                    batch_streams=len({(r.ctx.batch_seed, r.ctx.plan.settings.sampling_rate) for r in runs}))
+                    batch_streams=len({(r.ctx.batch_seed, r.ctx.hyper.batch_size) for r in runs}))
 
 
-def _case(dataset: str, k: int, eval_every: int, out) -> None:
+def _case(dataset: str, k: int, eval_every: int, out, method: str) -> None:
     import torch
 
     from raco_bench.benchmarks.throughput import _runs
     from raco_bench.data import load_dataset
-    from raco_bench.methods import DEFAULT_METHOD
     from raco_bench.packs.run import train_runs
     from raco_bench.privacy.calibration import CalibrationCache
 
     torch.set_num_threads(1)
     ds = load_dataset(dataset)
-    runs = _runs(ds, DEFAULT_METHOD, k, "cpu", eval_every, CalibrationCache())
+    runs = _runs(ds, method, k, "cpu", eval_every, CalibrationCache())
     before, peak, done = resident(), [0], threading.Event()
 
     def sample() -> None:
@@ -80,18 +82,18 @@ def _result(q, proc) -> dict:
                 raise RuntimeError(f"the measuring process ended with exit code {proc.exitcode} and no result") from None
 
 
-def measure(datasets: list[str], sizes: list[int], eval_every: int) -> list[dict]:
+def measure(datasets: list[str], sizes: list[int], eval_every: int, method: str = DEFAULT_METHOD) -> list[dict]:
     ctx = mp.get_context("spawn")
     rows = []
     for dataset in datasets:
         for k in sizes:
             q = ctx.Queue()
-            proc = ctx.Process(target=_case, args=(dataset, k, eval_every, q))
+            proc = ctx.Process(target=_case, args=(dataset, k, eval_every, q, method))
             proc.start()
             rows.append(_result(q, proc))
             proc.join()
             r = rows[-1]
-            print(f"{dataset} K={k}: measured {r['measured_mb']:.0f} MB, model {r['model_mb']:.0f} MB "
+            print(f"{method} on {dataset} K={k}: measured {r['measured_mb']:.0f} MB, model {r['model_mb']:.0f} MB "
                   f"({r['model_mb'] / max(r['measured_mb'], 1e-9):.2f}×), process before the pack {r['before_mb']:.0f} MB, {r['seconds']:.0f} s", flush=True)
     return rows
 
@@ -111,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", default=["adult", "heart"])
     p.add_argument("--sizes", type=int, nargs="+", default=[64, 256])
     p.add_argument("--eval-every", type=int, default=25, help="evaluation interval (default 25, the papers')")
+    p.add_argument("--method", default=DEFAULT_METHOD, help=f"a method with a batched engine (default {DEFAULT_METHOD})")
     args = p.parse_args(argv)
-    print(format_report(measure(args.datasets, args.sizes, args.eval_every)))
+    if args.method not in METHOD_NAMES:
+        p.error(f"--method {args.method}: no such method; choose among {', '.join(METHOD_NAMES)}")
+    if method_class(args.method).engine is None:
+        p.error(f"--method {args.method}: it has no batched engine, so it trains no pack to measure; choose a method that packs")
+    print(format_report(measure(args.datasets, args.sizes, args.eval_every, args.method)))
     return 0
