@@ -18,7 +18,7 @@ import torch
 from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import RowProducts, SharedRows, rows_for
-from raco_bench.packs.tensors import chunks, put_rows, softmax, take_rows
+from raco_bench.packs.tensors import batch_groups, chunks, padded_groups, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.tensors import TrainData
@@ -119,7 +119,8 @@ def fermi_release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor,
     c, d, cells = data.n_classes, data.X.shape[1], state.W.shape[1] * state.W.shape[2]
     z = rng.normal(rng.stream_keys(s.seeds, t, rng.GAUSSIAN, s.source), c * d + c + cells * c) if s.private else None
     if len(parts) == 1 and parts[0][1] == 1:  # no two configurations share a batch
-        return _release(state, data, ctx_ids, groups, s, products(data.X, rows[which]), rows[which], valid[which], z)
+        rows, valid = rows[which], valid[which]
+        return _release(state, data, ctx_ids, groups, s, products(data.X, rows), rows, valid, z)
     out = FermiRelease(torch.empty_like(state.weight), torch.empty_like(state.bias), torch.empty_like(state.W))
     for members, k in parts:
         idx = torch.tensor(members, device=rows.device)
@@ -134,18 +135,8 @@ def shared_parts(batch: list[int]) -> list[tuple[list[int], int]]:
     """The configurations of a step as (members, k): the configurations that share a batch (``batch[i]``: which distinct
     batch configuration i draws) in groups of k consecutive members, each group padded to the largest by repeating its
     first member; then those alone as (members, 1)."""
-    by_batch: dict[int, list[int]] = {}
-    for i, b in enumerate(batch):
-        by_batch.setdefault(b, []).append(i)
-    shared = [g for g in by_batch.values() if len(g) > 1]
-    alone = [g[0] for g in by_batch.values() if len(g) == 1]
-    parts = []
-    if shared:
-        k = max(len(g) for g in shared)
-        parts.append(([m for g in shared for m in g + [g[0]] * (k - len(g))], k))
-    if alone:
-        parts.append((alone, 1))
-    return parts
+    shared, alone = batch_groups(batch)
+    return ([padded_groups(shared)] if shared else []) + ([(alone, 1)] if alone else [])
 
 
 def _release(state: FermiPackState, data: TrainData, ctx_ids: torch.Tensor, groups: torch.Tensor, s: FermiPackSettings, batch,

@@ -16,7 +16,8 @@ import os
 import threading
 import time
 
-from raco_bench.methods import DEFAULT_METHOD, METHOD_NAMES, method_class
+from raco_bench.benchmarks import unpackable
+from raco_bench.methods import DEFAULT_METHOD
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -115,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=25, help="evaluation interval (default 25, the papers')")
     p.add_argument("--method", default=DEFAULT_METHOD, help=f"a method with a batched engine (default {DEFAULT_METHOD})")
     args = p.parse_args(argv)
-    if args.method not in METHOD_NAMES:
-        p.error(f"--method {args.method}: no such method; choose among {', '.join(METHOD_NAMES)}")
-    if method_class(args.method).engine is None:
-        p.error(f"--method {args.method}: it has no batched engine, so it trains no pack to measure; choose a method that packs")
+    if (why := unpackable(args.method)) is not None:
+        p.error(f"--method {args.method}: {why}")
     print(format_report(measure(args.datasets, args.sizes, args.eval_every, args.method)))
     return 0

@@ -41,7 +41,8 @@ import time
 import torch
 
 from raco_bench import tracking
-from raco_bench.methods import DEFAULT_METHOD, METHOD_NAMES, get_method, method_class, timing_reference
+from raco_bench.benchmarks import unpackable
+from raco_bench.methods import DEFAULT_METHOD, get_method, timing_reference
 from raco_bench.methods.space import sample_configs
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.progress import Progress
@@ -202,10 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mlflow", action="store_true")
     args = p.parse_args(argv)
     for method in args.also:
-        if method not in METHOD_NAMES:
-            p.error(f"--also {method}: no such method; choose among {', '.join(METHOD_NAMES)}")
-        if method_class(method).engine is None:
-            p.error(f"--also {method}: it has no batched engine, so it has no step cost inside a pack; choose a method that packs")
+        if (why := unpackable(method)) is not None:
+            p.error(f"--also {method}: {why}")
     also = tuple(m for m in dict.fromkeys(args.also) if m not in (DEFAULT_METHOD, timing_reference()))
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device here")

@@ -58,3 +58,20 @@ def chunks(widths: list[int], per_slot: int, budget: int, slack: float = 1.25, m
                 continue
         out.append([k])
     return out if members is None else [[members[k] for k in chunk] for chunk in out]
+
+
+def batch_groups(batch: list[int]) -> tuple[list[list[int]], list[int]]:
+    """The configurations that draw the same batch (``batch[i]``: which distinct batch configuration i draws), as groups
+    of at least two in order of first appearance, and the others, sorted (docs/packs.md, "Shared batches")."""
+    members: dict[int, list[int]] = {}
+    for k, b in enumerate(batch):
+        members.setdefault(b, []).append(k)
+    return [g for g in members.values() if len(g) >= 2], sorted(g[0] for g in members.values() if len(g) < 2)
+
+
+def padded_groups(groups: list[list[int]]) -> tuple[list[int], int]:
+    """Groups of configurations as (slots, k): each group's members padded to the largest group size k by repeating its
+    first member (a repeated configuration computes its own values twice), ready for
+    :class:`~raco_bench.packs.rows.SharedRows` with ``group=k``."""
+    k = max(len(g) for g in groups)
+    return [m for g in groups for m in g + [g[0]] * (k - len(g))], k

@@ -27,7 +27,7 @@ from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.draws import BatchesAhead, DrawAhead, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
-from raco_bench.packs.tensors import chunk_budget, chunks, put_rows, softmax, take_rows
+from raco_bench.packs.tensors import batch_groups, chunk_budget, chunks, padded_groups, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.training.tensors import TrainData
@@ -125,11 +125,7 @@ class PackSettings:
     @functools.cached_property
     def shared_groups(self) -> tuple[list[list[int]], list[int]]:
         """The configurations that draw the same batches (at least two), as groups, and the others (sorted)."""
-        members: dict[int, list[int]] = {}
-        for k, b in enumerate(self.batch_list):
-            members.setdefault(b, []).append(k)
-        shared = [g for g in members.values() if len(g) >= 2]
-        return shared, sorted(k for g in members.values() if len(g) < 2 for k in g)
+        return batch_groups(self.batch_list)
 
     @functools.cached_property
     def switches(self) -> "Switches":
@@ -435,11 +431,7 @@ def group_chunks(groups: list[list[int]], widths: list[int], per_slot: int, budg
                 chunk.append(g)
                 continue
         out.append([g])
-    result = []
-    for chunk in out:
-        k = max(len(g) for g in chunk)
-        result.append(([m for g in chunk for m in g + [g[0]] * (k - len(g))], k))
-    return result
+    return [padded_groups(chunk) for chunk in out]
 
 
 def apply_release(state: PackState, s: PackSettings, release: PackRelease) -> PackState:
