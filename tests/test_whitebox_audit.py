@@ -50,13 +50,12 @@ def _mutant(path: str, edits, name: str):
 # they show about 0.6 ε and the bug's true ε is about 2: docs/audit.md); the Laplace share is small there (s_L = 10 σ).
 GAUSSIAN_AT_4 = {"epsilon": 4.0, "params": (("laplace_scale", 40.0),)}
 LAGRANGIAN_BUGS = {
-    "histogram without Laplace noise": ([("        H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)",
-                                          "        pass")], {}, 20_000),
+    "histogram without Laplace noise": ([("noise.laplace.numpy() if s.private else None", "None")], {}, 20_000),  # the compiled release
     "Gaussian noise at half scale": ([("s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))",
                                        "s.noise_std[idx], 0.5 * noise.gaussian[idx].to(grad_w.dtype))")],
                                      GAUSSIAN_AT_4, 100_000),
-    "clipping at 2C": ([("clip_noise.clip_factors(norms_sq, s.clip_norm[idx].view(G, k, 1), mask)",
-                         "clip_noise.clip_factors(norms_sq, 2 * s.clip_norm[idx].view(G, k, 1), mask)")],
+    "clipping at 2C": ([("clip_noise.clip_rank_one(residual, row_sq, s.clip_norm[idx].view(G, k, 1), mask",
+                         "clip_noise.clip_rank_one(residual, row_sq, 2 * s.clip_norm[idx].view(G, k, 1), mask")],
                        GAUSSIAN_AT_4, 100_000),
 }
 

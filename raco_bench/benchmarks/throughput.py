@@ -77,6 +77,14 @@ def _runs(ds, method: str, k: int, device: str, eval_every: int, cache: Calibrat
     raise RuntimeError(f"only {len(runs)} runs of {len(configs)} sampled configurations fit the budget")
 
 
+def warm_up(ds, method: str, device: str, cache: CalibrationCache) -> None:
+    """Train a small pack first, so that the process has compiled (or loaded from disk) the pack step's kernels
+    (:mod:`raco_bench.jit`) before anything is measured: a sweep's worker does that in its first pack, once."""
+    from raco_bench.packs.run import train_runs
+
+    train_runs(_runs(ds, method, 4, device, 10**6, cache, {"batch_size": 256}, steps=5))
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -91,6 +99,8 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int, also: 
     cache = CalibrationCache()
     rows = []
     progress = Progress("bench throughput", 2 * len(sizes) + 4 + len(also), every=0.0)
+    for method in (DEFAULT_METHOD, timing_reference(), *also):
+        warm_up(ds, method, device, cache)
     for size in sizes:
         k = singles if size == 1 else size
         for draws in DRAWS if size > 1 else ("own",):  # alone, a run's batches cost the same from either stream

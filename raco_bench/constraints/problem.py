@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from raco_bench.constraints.partition import Partition
+from raco_bench.jit import kernel
 
 
 @dataclass(frozen=True)
@@ -157,19 +158,19 @@ class CompiledRates:
 
         The fused form of :meth:`part_coefficients` and :meth:`values` that the training step uses;
         both share n̂ = max(1, M·rowsum(H)) (the row sums of M·H are M·rowsum(H)). These tensors are
-        tiny (at most J × U × c), so on the CPU the arithmetic runs in numpy on zero-copy views,
-        which costs half the per-operation overhead of torch; other devices use torch.
+        tiny (at most J × U × c per configuration), so on the CPU one compiled loop computes them on zero-copy
+        numpy views (:meth:`dual_quantities_host`): torch's per-operation overhead would be most of the cost.
+        Other devices use torch.
 
         A pack passes K stacked histograms (K × P × c), multipliers K × J and one scale per
-        configuration (K); it gets coefficients K × P × c and Γ̂ K × J, computed with torch.
+        configuration (K); it gets coefficients K × P × c and Γ̂ K × J.
         """
-        if H.dim() == 2 and H.device.type == "cpu":
-            M, W = self._numpy_structure(H.dtype)
-            MH = M @ H.numpy()
-            inv_sizes = 1.0 / np.maximum(MH.sum(1, keepdims=True), 1.0)
-            estimates = W @ (MH * inv_sizes).reshape(-1)
-            coef = M.T @ ((lam.numpy() @ W).reshape(-1, self.n_classes) * (inv_sizes * scale))
-            return torch.from_numpy(coef), torch.from_numpy(estimates)
+        if H.device.type == "cpu":
+            stacked = H.dim() == 3
+            K = H.shape[0] if stacked else 1
+            coef, estimates = self.dual_quantities_host(H.reshape(K, *H.shape[-2:]).contiguous().numpy(), lam.reshape(K, -1).contiguous().numpy(),
+                                                        torch.as_tensor(scale, dtype=H.dtype).expand(K).contiguous().numpy(), np.arange(K))
+            return torch.from_numpy(coef.reshape(H.shape)), torch.from_numpy(estimates if stacked else estimates[0])
         MH = self.membership @ H
         inv_sizes = MH.sum(-1, keepdim=True).clamp_min(1.0).reciprocal()
         estimates = (MH * inv_sizes).flatten(-2) @ self.weights.T
@@ -177,11 +178,22 @@ class CompiledRates:
         coef = self.membership.T @ ((lam @ self.weights).unflatten(-1, (-1, self.n_classes)) * (inv_sizes * scale))
         return coef, estimates
 
-    def _numpy_structure(self, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def dual_quantities_host(self, H: np.ndarray, lam: np.ndarray, scale: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`dual_quantities` on numpy arrays, in one compiled loop (:func:`_dual_quantities`): K histograms H (K × P × c),
+        each of configuration ``index[k]`` of the N whose multipliers ``lam`` (N × J) and scales (N) are given; returns
+        the coefficients (K × P × c) and Γ̂ (K × J)."""
+        member, weights = self._host_structure(H.dtype)
+        coef, estimates = np.empty_like(H), np.empty((H.shape[0], weights.shape[0]), H.dtype)
+        _dual_quantities(H, lam, scale, index, member, weights, coef, estimates)
+        return coef, estimates
+
+    def _host_structure(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """The membership (U × P) and the weights (J × U × c) as numpy arrays of ``dtype``, made once per dtype."""
+        dtype = np.dtype(dtype)
         cached = self._numpy_cache.get(dtype)
         if cached is None:
-            cached = (self.membership.to(dtype).numpy(), self.weights.to(dtype).numpy())
-            self._numpy_cache[dtype] = cached
+            weights = self.weights.numpy().reshape(self.weights.shape[0], -1, self.n_classes)
+            cached = self._numpy_cache[dtype] = (self.membership.numpy().astype(dtype), np.ascontiguousarray(weights, dtype=dtype))
         return cached
 
     def part_coefficients(self, lam: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
@@ -189,3 +201,44 @@ class CompiledRates:
         is r_x = Σ_k coef[part(x), k] · σ_τ(h(x))_k."""
         per_subset = (lam @ self.weights).reshape(-1, self.n_classes) / sizes[:, None]
         return self.membership.T @ per_subset
+
+
+@kernel
+def _dual_quantities(H, lam, scale, index, member, weights, coef, estimates):
+    """:meth:`CompiledRates.dual_quantities` for K histograms H (K × P × c), histogram n of configuration index[n] of λ (N × J)
+    and scales (N), with the membership (U × P) and the weights (J × U × c): writes the coefficients (K × P × c) and
+    Γ̂ (K × J). Per configuration:
+    MH = M·H, n̂_u = max(1, Σ_k MH[u, k]), Γ̂_j = Σ_{u,k} w_j[u, k]·MH[u, k]/n̂_u (eq. 12) and
+    coef[l, k] = scale · Σ_{u ∋ l} Σ_j λ_j w_j[u, k]/n̂_u (eq. 10)."""
+    K, P, c = H.shape
+    U, J = member.shape[0], weights.shape[0]
+    rates, per_subset = np.empty((U, c), H.dtype), np.empty((U, c), H.dtype)
+    for n in range(K):
+        m = index[n]
+        for u in range(U):
+            size = H.dtype.type(0.0)
+            for k in range(c):
+                v = H.dtype.type(0.0)
+                for p in range(P):
+                    v += member[u, p] * H[n, p, k]
+                rates[u, k] = v
+                size += v
+            inv = H.dtype.type(1.0) / max(size, H.dtype.type(1.0))
+            for k in range(c):
+                rates[u, k] *= inv
+                v = H.dtype.type(0.0)
+                for j in range(J):
+                    v += lam[m, j] * weights[j, u, k]
+                per_subset[u, k] = v * (inv * scale[m])
+        for j in range(J):
+            v = H.dtype.type(0.0)
+            for u in range(U):
+                for k in range(c):
+                    v += weights[j, u, k] * rates[u, k]
+            estimates[n, j] = v
+        for p in range(P):
+            for k in range(c):
+                v = H.dtype.type(0.0)
+                for u in range(U):
+                    v += member[u, p] * per_subset[u, k]
+                coef[n, p, k] = v

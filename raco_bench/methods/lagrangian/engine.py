@@ -20,9 +20,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
+from raco_bench.methods.lagrangian import fused
 from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.draws import BatchesAhead, DrawAhead, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
@@ -172,22 +174,29 @@ class PackData:
     """The training split as a pack reads it: X (n × d) and, class-major, one table of per-row constants
     (one gather per step fetches a batch's): rows 0…c−1 the one-hot label, row c ‖x‖² + 1 (the squared
     norm of [x; 1]), then the row's part, as P one-hot rows where there are at most :data:`FEW_PARTS`
-    parts, else as one row holding the index (a float; 0 without constraints)."""
+    parts, else as one row holding the index (a float; 0 without constraints).
+
+    ``fused``: a step's two-class per-row passes run as compiled loops (:mod:`raco_bench.methods.lagrangian.fused`,
+    :func:`~raco_bench.privacy.clip_noise.clip_rank_one`; docs/packs.md, "Fused row passes"). By default where they
+    apply: float32 on a CPU. The torch form computes the same numbers up to rounding on any device."""
 
     X: torch.Tensor
     per_row: torch.Tensor
     n_classes: int
     n_parts: int
+    fused: bool = False
 
     @staticmethod
-    def of(data: TrainData) -> "PackData":
+    def of(data: TrainData, fused: bool | None = None) -> "PackData":
         c = data.n_classes
         onehot = data.table[:, c + 1 :]
         if 0 < data.n_parts <= FEW_PARTS:
             part = onehot.T
         else:
             part = (onehot.argmax(1).to(data.X.dtype) if data.n_parts else data.X.new_zeros(data.n))[None]
-        return PackData(data.X, torch.cat([data.table[:, : c + 1].T, part]).contiguous(), c, data.n_parts)
+        if fused is None:
+            fused = data.X.device.type == "cpu" and data.X.dtype == torch.float32
+        return PackData(data.X, torch.cat([data.table[:, : c + 1].T, part]).contiguous(), c, data.n_parts, fused)
 
     @property
     def few_parts(self) -> bool:
@@ -253,13 +262,13 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     logits = (batch.relative_logits if two else batch.logits)(state.weight[idx], state.bias[idx])
     z = temperature * logits.unflatten(1, (G, k))  # c × G × k × M up to a per-row shift (two classes: τ(z₀ − z₁))
     constrained = s.constrained and rates is not None
-    residual, estimates, H = (_two_class_residual if two else _residual)(z, constants, mask, idx, state, data, s, rates if constrained else None, noise)
+    residual, estimates, H = (_two_class_residual if two else _residual)(z, constants, mask, temperature, idx, state, data, s,
+                                                                         rates if constrained else None, noise)
     # lines 5–6: rank-1 per-sample gradients r_i ⊗ [x_i; 1], clipped to C, summed, noised
-    residual = residual * temperature
-    norms_sq = residual[0].square() * (2 * constants[c]) if two else residual.square().sum(0) * constants[c]  # ‖r_i‖²·(‖x_i‖² + 1); ‖(r₀, −r₀)‖² = 2r₀²
-    factor = clip_noise.clip_factors(norms_sq, s.clip_norm[idx].view(G, k, 1), mask)
-    residual = (residual * factor).flatten(1, 2)  # c × S × M (two classes: 1 × S × M)
-    grad_b = residual.sum(2).T
+    row_sq = 2 * constants[c] if two else constants[c]  # ‖[x_i; 1]‖² = ‖x_i‖² + 1, twice for r₀ alone: ‖(r₀, −r₀)‖² = 2r₀²
+    residual, sums = clip_noise.clip_rank_one(residual, row_sq, s.clip_norm[idx].view(G, k, 1), mask, compiled=data.fused)
+    residual = residual.flatten(1, 2)  # c × S × M (two classes: 1 × S × M)
+    grad_b = sums.flatten(1).T
     if two:  # class 1's sums are minus class 0's
         grad_w, grad_b = batch.head_sums(residual), torch.cat([grad_b, -grad_b], 1)
     else:
@@ -278,6 +287,20 @@ def _release(H: torch.Tensor, idx, state: PackState, s: PackSettings, rates: Com
     return H, coef_parts, estimates
 
 
+def _fused_release(p0: torch.Tensor, part1: torch.Tensor, mask: torch.Tensor, idx, state: PackState, s: PackSettings, rates: CompiledRates,
+                   noise: StepNoise):
+    """Lines 2–4 and 8 for two classes and at most two parts on the host (``data.fused``), from p₀ (G × k × M): Ĥ (S × P × 2)
+    and Γ̂ (S × J) as tensors, and the coefficients (S × P × 2) as a numpy array, for
+    :func:`~raco_bench.methods.lagrangian.fused.two_class_residual`. Two compiled calls
+    (:func:`~raco_bench.methods.lagrangian.fused.noisy_histogram`, the rates' ``dual_quantities_host``) where torch takes
+    a dozen operations on arrays of a few hundred numbers, each costing more than its arithmetic."""
+    i = idx.numpy() if isinstance(idx, torch.Tensor) else np.arange(s.size)[idx]
+    H = fused.noisy_histogram(p0, part1, mask, s.hard.numpy(), noise.laplace.numpy() if s.private else None, s.laplace_scale.numpy(), i,
+                              rates.n_parts)  # lines 2–3
+    coef_parts, estimates = rates.dual_quantities_host(H, state.lam.numpy(), s.expected_batch.numpy(), i)  # lines 4 and 8
+    return torch.from_numpy(H), coef_parts, torch.from_numpy(estimates)
+
+
 def _part_rows(constants: torch.Tensor, mask: torch.Tensor, data: PackData):
     """Each batch row's part, G × M, as the masked one-hot G × P × M (few parts: batched products with it), or as the
     index G × 1 × M (a scatter and a gather by it). Padding slots are in no part."""
@@ -290,9 +313,9 @@ def _part_sums(values: torch.Tensor, part: torch.Tensor, mask: torch.Tensor, dat
     out. With few parts, a batched product with the masked part one-hot: scatter_add's adds into two bins per
     configuration form a serial chain that is 3× slower. Otherwise a scatter by part index."""
     j, G, k, M = values.shape
-    if data.few_parts:
-        sums = torch.bmm(values.transpose(0, 1).reshape(G, j * k, M), part.transpose(1, 2))  # G × jk × P
-        return sums.view(G, j, k, -1).permute(0, 2, 3, 1)
+    if data.few_parts:  # the one-hot on the left: P × M times M × jk is 4× faster than jk × M times M × P on a CPU
+        sums = torch.bmm(part, values.transpose(0, 1).reshape(G, j * k, M).transpose(1, 2))  # G × P × jk
+        return sums.view(G, -1, j, k).permute(0, 3, 1, 2)
     return values.new_zeros(j, G, k, n_parts).scatter_add_(3, part.expand(j, G, k, M), values * mask).permute(1, 2, 3, 0)
 
 
@@ -313,10 +336,11 @@ def _per_row(per_part: torch.Tensor, part: torch.Tensor, data: PackData) -> torc
     return torch.gather(per_part.permute(3, 0, 1, 2), 3, part.expand(j, G, k, part.shape[-1]))
 
 
-def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData, s: PackSettings,
-              rates: CompiledRates | None, noise: StepNoise):
-    """Lines 2–5 for any number of classes: the per-row gradient of the Lagrangian with respect to the tempered logits
-    (c × G × k × M, before the factor τ), Γ̂ and the released histogram Ĥ (S × P × c; None without constraints)."""
+def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, temperature: torch.Tensor, idx, state: PackState, data: PackData,
+              s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
+    """Lines 2–5 for any number of classes: the per-row gradient of the Lagrangian with respect to the logits
+    (c × G × k × M: τ times the gradient with respect to the tempered logits), Γ̂ and the released histogram Ĥ
+    (S × P × c; None without constraints)."""
     c, (_, G, k, _) = data.n_classes, z.shape
     probs = softmax(z, dim=0)
     coef = estimates = H = None
@@ -332,33 +356,39 @@ def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx,
     residual = probs - constants[:c]
     if coef is not None:
         residual = torch.addcmul(residual, probs, coef - (coef * probs).sum(0))
-    return residual, estimates, H
+    return residual * temperature, estimates, H
 
 
-def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, idx, state: PackState, data: PackData,
-                        s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
+def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, temperature: torch.Tensor, idx, state: PackState,
+                        data: PackData, s: PackSettings, rates: CompiledRates | None, noise: StepNoise):
     """:func:`_residual` for two classes, in arrays of G × k × M rather than 2 × G × k × M (docs/packs.md, "Speed"), from
-    the tempered margin ``z`` = τ(z₀ − z₁) (1 × G × k × M): r₀ alone, 1 × G × k × M.
+    the tempered margin ``z`` = τ(z₀ − z₁) (1 × G × k × M): τr₀ alone, 1 × G × k × M. With ``data.fused`` and at most two
+    parts, after the histogram it is one compiled pass (:func:`~raco_bench.methods.lagrangian.fused.two_class_residual`).
 
     With p₀ = sigmoid(z₀ − z₁) and p₁ = 1 − p₀, the gradient of the Lagrangian with respect to the logits is
     r₀ = p₀ − y₀ + p₀p₁(a₀ − a₁) and r₁ = −r₀, with a_j the row's coefficient of class j (eq. 13); the histogram's
     class-1 column is the part's batch count minus its class-0 column. The hard dual update counts class 0 where
     p₀ ≥ ½: argmax of the probabilities picks the first of tied classes, and p₀ rounds to ½ for margins within about
     6e-8 of 0, so this is the single run's argmax, ties included."""
-    _, G, k, _ = z.shape
+    c, (_, G, k, _) = data.n_classes, z.shape
     p0 = torch.sigmoid(z[0])
+    estimates = H = coef_parts = None
+    if data.fused and (rates is None or data.few_parts):  # the compiled passes
+        part1 = constants[c + 2] if rates is not None and rates.n_parts == 2 else constants[0]  # (a placeholder where no part 1)
+        if rates is not None:
+            H, coef_parts, estimates = _fused_release(p0, part1, mask, idx, state, s, rates, noise)
+        return fused.two_class_residual(p0, constants[0], part1, coef_parts, temperature)[None], estimates, H
     r0 = p0 - constants[0]
-    estimates = H = None
     if rates is not None:
         hist0 = torch.where(s.hard[idx].view(G, k, 1), (p0 >= 0.5).to(p0.dtype), p0) if s.switches.hard else p0
         part, P = _part_rows(constants, mask, data), rates.n_parts
         H0 = _part_sums(hist0[None], part, mask, data, P)  # line 2
         H = torch.cat([H0, _part_counts(part, mask, data, P) - H0], 3)
-        H, coef_parts, estimates = _release(H.view(G * k, P, 2), idx, state, s, rates, noise)
+        H, coef_parts, estimates = _release(H.reshape(G * k, P, 2), idx, state, s, rates, noise)
         gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P, 1)  # a₀ − a₁ per part
         row_gap = _per_row(gap, part, data)[0]
         r0 = torch.ops.aten.sigmoid_backward(row_gap, p0).add_(r0)  # + p₀(1 − p₀)(a₀ − a₁), one pass for the product
-    return r0[None], estimates, H
+    return (r0 * temperature)[None], estimates, H
 
 
 def pack_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts | None = None,
