@@ -54,6 +54,21 @@ def test_compiled_clipping_scales_every_record_to_at_most_its_configuration_norm
     assert bool((got[0] * (1 - mask) == 0).all())  # padding slots contribute nothing
 
 
+def test_the_torch_form_clips_gradients_of_several_rows_to_their_configuration_norm():
+    """More classes (R_i of several rows) take the torch form on any device: each record's ‖R_i‖·‖[x_i; 1]‖ at most C."""
+    gen = torch.Generator().manual_seed(8)
+    j, G, k, M = 3, 2, 3, 23
+    r = torch.randn(j, G, k, M, generator=gen) * torch.logspace(-2, 2, M)
+    row_sq = 1 + torch.rand(G, 1, M, generator=gen) * 20
+    clip = torch.tensor([[0.5, float("inf"), 1e-2]] * G).view(G, k, 1)
+    mask = (torch.rand(G, 1, M, generator=gen) > 0.2).float()
+    got, sums = clip_noise.clip_rank_one(r, row_sq, clip, mask)
+    norm = (r.double().square().sum(0) * row_sq).sqrt()
+    want = r.double() * torch.where(norm > clip, clip / norm, torch.ones_like(norm)) * mask
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-12)
+    torch.testing.assert_close(sums.double(), want.sum(-1), rtol=1e-5, atol=1e-6)
+
+
 def test_the_compiled_residual_is_the_lagrangian_gradient_of_eq_13():
     gen = torch.Generator().manual_seed(4)
     G, k, M, P = 2, 3, 29, 2

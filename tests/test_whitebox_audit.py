@@ -13,6 +13,7 @@ from mutants import load_mutant
 
 from raco_bench.audit.bounds import audit_best
 from raco_bench.audit.whitebox import WhiteBoxAudit, run_whitebox
+from raco_bench.methods.lagrangian.audit import lagrangian_view
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAST = dict(sampling_rate=1.0, rows=64)
@@ -49,8 +50,10 @@ def _mutant(path: str, edits, name: str):
 # A factor-2 bug in the Gaussian release is audited at a claimed ε of 4, where 10⁵ runs are tight enough to show it (at ε = 1
 # they show about 0.6 ε and the bug's true ε is about 2: docs/audit.md); the Laplace share is small there (s_L = 10 σ).
 GAUSSIAN_AT_4 = {"epsilon": 4.0, "params": (("laplace_scale", 40.0),)}
-LAGRANGIAN_BUGS = {
-    "histogram without Laplace noise": ([("noise.laplace.numpy() if s.private else None", "None")], {}, 20_000),  # the compiled release
+LAGRANGIAN_BUGS = {  # each planted in both forms of the step: the compiled passes (a CPU) and the torch form (a GPU)
+    "histogram without Laplace noise": ([("noise.laplace.numpy() if s.private else None", "None"),
+                                         ("        H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)", "        pass")],
+                                        {}, 20_000),
     "Gaussian noise at half scale": ([("s.noise_std[idx], noise.gaussian[idx].to(grad_w.dtype))",
                                        "s.noise_std[idx], 0.5 * noise.gaussian[idx].to(grad_w.dtype))")],
                                      GAUSSIAN_AT_4, 100_000),
@@ -60,17 +63,19 @@ LAGRANGIAN_BUGS = {
 }
 
 
-def test_at_the_claim_of_4_the_correct_engine_stays_well_below():
-    r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=100_000, **FAST, **GAUSSIAN_AT_4))
+@pytest.mark.parametrize("fused", [None, False], ids=["compiled passes", "torch form"])
+def test_at_the_claim_of_4_the_correct_engine_stays_well_below(fused):
+    r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=100_000, **FAST, **GAUSSIAN_AT_4), view=lambda run, row: lagrangian_view(run, row, fused=fused))
     assert r.bound.epsilon_lower <= 0.8 * r.claimed_epsilon, r.summary()
 
 
+@pytest.mark.parametrize("fused", [None, False], ids=["compiled passes", "torch form"])
 @pytest.mark.parametrize("bug", list(LAGRANGIAN_BUGS))
-def test_a_broken_raco_dp_engine_is_caught(bug):
+def test_a_broken_raco_dp_engine_is_caught(bug, fused):
     edits, extra, runs = LAGRANGIAN_BUGS[bug]
     module = _mutant("raco_bench/methods/lagrangian/engine.py", edits, bug)
     try:
-        r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=runs, **FAST, **extra), engine=module)
+        r = run_whitebox(WhiteBoxAudit(method="raco-dp", runs=runs, **FAST, **extra), view=lambda run, row: lagrangian_view(run, row, module, fused))
     finally:
         import sys
 

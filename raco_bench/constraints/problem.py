@@ -168,7 +168,7 @@ class CompiledRates:
         if H.device.type == "cpu":
             stacked = H.dim() == 3
             K = H.shape[0] if stacked else 1
-            coef, estimates = self.dual_quantities_host(H.reshape(K, *H.shape[-2:]).contiguous().numpy(), lam.reshape(K, -1).contiguous().numpy(),
+            coef, estimates = self.dual_quantities_host(H.reshape(K, *H.shape[-2:]).contiguous().numpy(), lam.reshape(K, -1).to(H.dtype).contiguous().numpy(),
                                                         torch.as_tensor(scale, dtype=H.dtype).expand(K).contiguous().numpy(), np.arange(K))
             return torch.from_numpy(coef.reshape(H.shape)), torch.from_numpy(estimates if stacked else estimates[0])
         MH = self.membership @ H
@@ -183,6 +183,10 @@ class CompiledRates:
         each of configuration ``index[k]`` of the N whose multipliers ``lam`` (N × J) and scales (N) are given; returns
         the coefficients (K × P × c) and Γ̂ (K × J)."""
         member, weights = self._host_structure(H.dtype)
+        if lam.dtype != H.dtype or scale.dtype != H.dtype or H.ndim != 3 or H.shape[1:] != (member.shape[1], weights.shape[2]):
+            raise ValueError(f"dual_quantities_host: H must be K × {member.shape[1]} × {weights.shape[2]} and λ and the scales of its dtype {H.dtype}")
+        if len(index) and not 0 <= index.min() <= index.max() < min(len(lam), len(scale)):
+            raise ValueError("dual_quantities_host: index names a configuration that λ or the scales do not hold")
         coef, estimates = np.empty_like(H), np.empty((H.shape[0], weights.shape[0]), H.dtype)
         _dual_quantities(H, lam, scale, index, member, weights, coef, estimates)
         return coef, estimates
@@ -223,7 +227,7 @@ def _dual_quantities(H, lam, scale, index, member, weights, coef, estimates):
                     v += member[u, p] * H[n, p, k]
                 rates[u, k] = v
                 size += v
-            inv = H.dtype.type(1.0) / max(size, H.dtype.type(1.0))
+            inv = H.dtype.type(1.0) / (size if not size < 1.0 else H.dtype.type(1.0))  # max(1, n̂); a NaN stays NaN, as clamp_min keeps it
             for k in range(c):
                 rates[u, k] *= inv
                 v = H.dtype.type(0.0)

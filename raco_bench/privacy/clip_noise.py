@@ -38,6 +38,8 @@ def clip_rank_one(residual: torch.Tensor, row_sq: torch.Tensor, clip: torch.Tens
     applies = residual.device.type == "cpu" and residual.dtype == torch.float32 and residual.shape[0] == 1
     if applies and compiled is not False:
         j, G, k, M = residual.shape
+        if row_sq.numel() != G * M or mask.numel() != G * M or clip.numel() != G * k:
+            raise ValueError(f"clip_rank_one: row_sq and mask must be G × 1 × M = {G} × 1 × {M}, clip G × k × 1 = {G} × {k} × 1")
         out, sums = residual.contiguous(), residual.new_empty(G, k)
         _clip_rows(out.view(G, k, M).numpy(), row_sq.reshape(G, M).contiguous().numpy(), clip.reshape(G, k).contiguous().numpy(),
                    mask.reshape(G, M).contiguous().numpy(), sums.numpy())

@@ -12,16 +12,17 @@ from raco_bench.methods.audit_view import AuditView, canary_row, confident, only
 from raco_bench.methods.lagrangian import engine as default_engine
 
 
-def lagrangian_view(run, row: int, module=None) -> AuditView:
+def lagrangian_view(run, row: int, module=None, fused: bool | None = None) -> AuditView:
     """The view of ``run`` (one prepared run) with training row ``row`` as the canary; ``module`` replaces the engine
-    module (:func:`step_release`, :func:`apply_release`, :class:`PackData`)."""
+    module (:func:`step_release`, :func:`apply_release`, :class:`PackData`); ``fused`` picks the step's form (default:
+    the compiled passes where they apply, as training does; False: the torch form a GPU runs)."""
     module = module or default_engine
     canary = canary_row(run.ctx.plan.data, row)
     engine = default_engine.LagrangianEngine([run])
     s = engine.settings
     data = run.ctx.plan.data
     PackData = module.PackData
-    worlds = {"D": PackData.of(data), "D'": PackData.of(with_row(data, *canary)), "canary": PackData.of(only_row(data, *canary))}
+    worlds = {"D": PackData.of(data, fused), "D'": PackData.of(with_row(data, *canary), fused), "canary": PackData.of(only_row(data, *canary), fused)}
     rates = engine.rates
 
     def release(state, world, settings):

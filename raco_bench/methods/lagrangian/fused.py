@@ -28,10 +28,26 @@ def noisy_histogram(p0: torch.Tensor, part1: torch.Tensor, mask: torch.Tensor, h
     ``index[s]``'s row and scale: the float32 arithmetic of :func:`~raco_bench.methods.lagrangian.engine._release`,
     H + s_L·float32(Lap)."""
     G, k, M = p0.shape
+    _check(p0, part1, mask, n_parts)
+    if laplace is not None and laplace.shape[1] != 2 * n_parts:
+        raise ValueError(f"the Laplace draws have {laplace.shape[1]} numbers per configuration; the histogram has {2 * n_parts} cells")
+    if len(index) != G * k or (len(index) and not 0 <= index.min() <= index.max() < len(scale)):
+        raise ValueError(f"index must name one of the {len(scale)} configurations for each of the chunk's {G * k}")
     out = np.empty((G * k, n_parts, 2), np.float32)
     _noisy_histogram(p0.numpy(), part1.reshape(G, M).numpy(), mask.reshape(G, M).numpy(), hard,
                      laplace if laplace is not None else np.zeros((1, 2 * n_parts)), scale, index, laplace is not None, out)
     return out
+
+
+def _check(p0: torch.Tensor, part1: torch.Tensor, rows: torch.Tensor, n_parts: int) -> None:
+    """The kernels read what they are given without bounds checks: refuse what they were not written for."""
+    if p0.dtype != torch.float32 or p0.device.type != "cpu" or p0.dim() != 3:
+        raise ValueError(f"the compiled two-class passes take float32 CPU arrays G × k × M, got {p0.dtype} {tuple(p0.shape)} on {p0.device}")
+    G, _, M = p0.shape
+    if part1.numel() != G * M or rows.numel() != G * M:
+        raise ValueError(f"per-row arrays must be G × 1 × M = {G} × 1 × {M}")
+    if n_parts not in (1, 2):
+        raise ValueError(f"the compiled two-class passes handle one or two parts, not {n_parts}: use the torch form (PackData.fused=False)")
 
 
 @kernel
@@ -74,6 +90,9 @@ def two_class_residual(p0: torch.Tensor, y0: torch.Tensor, part1: torch.Tensor, 
     the row's indicator of part 1), the part coefficients ``coef`` (G·k × P × 2 with P ≤ 2; None: no constraint term)
     and τ (G × k × 1): G × k × M."""
     G, k, M = p0.shape
+    _check(p0, part1, y0, 2 if coef is None else coef.shape[1])
+    if coef is not None and coef.shape != (G * k, coef.shape[1], 2):
+        raise ValueError(f"the coefficients have shape {coef.shape}; the chunk needs ({G * k}, P, 2)")
     out = torch.empty_like(p0)
     _residual(p0.contiguous().numpy(), y0.reshape(G, M).contiguous().numpy(), part1.reshape(G, M).contiguous().numpy(),
               coef if coef is not None else np.zeros((G * k, 1, 2), np.float32), temperature.reshape(G, k).contiguous().numpy(), out.numpy())
