@@ -12,6 +12,7 @@ from dp_accounting.pld import privacy_loss_distribution as P
 from scipy import integrate, stats
 
 from raco_bench.privacy import CalibrationCache, StepMechanism, epsilon, max_steps, separate_composition_epsilon
+from raco_bench.privacy.accounting import largest_within
 from raco_bench.privacy.joint_pld import GaussianLaplaceLoss, shared_batch_pld
 
 DELTA = 1e-5
@@ -91,6 +92,36 @@ def test_max_steps_is_the_largest_within_budget():
     assert T > 0
     assert epsilon(mech, T, DELTA) <= 1.0 < epsilon(mech, T + 1, DELTA)
     assert max_steps(StepMechanism(0.5, 0.3, 0.5), 0.01, DELTA) == 0
+
+
+def _largest_by_scan(eps, target: float, cap: int) -> int:
+    """The definition, evaluated everywhere: the largest T ≤ cap with eps(T) ≤ target (0 if none)."""
+    return max((t for t in range(1, cap + 1) if eps(t) <= target), default=0)
+
+
+@pytest.mark.parametrize("shape", ["sqrt", "linear", "steps", "zero then one", "infinite above", "flat then steep"])
+@pytest.mark.parametrize("cap", [1, 7, 8, 9, 64, 700, 5000])
+def test_largest_within_finds_the_definition_on_every_shape(shape, cap):
+    """The search (bracket, then the line in log-log with bisection as a safeguard) returns exactly the largest T within
+    the target, whatever the shape of a non-decreasing ε: the shapes where the line is a poor guess or undefined included."""
+    f = {"sqrt": lambda t: 0.03 * t ** 0.5, "linear": lambda t: 1e-3 * t, "steps": lambda t: 0.1 * (t // 37),
+         "zero then one": lambda t: 0.0 if t < 311 else 1.0, "infinite above": lambda t: 1e-4 * t if t < 900 else math.inf,
+         "flat then steep": lambda t: 0.01 if t < 2000 else 0.01 + (t - 2000) ** 2 * 1e-6}[shape]
+    for target in (0.005, 0.05, 0.5, 2.0, f(8), f(64), f(512), f(cap)):  # ε equal to the target at a bracket point is within it
+        assert largest_within(f, target, cap) == _largest_by_scan(f, target, cap), (target, cap)
+
+
+def test_largest_within_needs_fewer_compositions_than_bisection():
+    """On real PLDs the same T as doubling and bisection, in well under two thirds of the compositions."""
+    mech, calls = StepMechanism(700 / 28829, 1.2, 3.0, "shared"), [0]
+
+    def eps(t: int) -> float:
+        calls[0] += 1
+        return epsilon(mech, t, DELTA)
+
+    T = largest_within(eps, 1.0, 5000)
+    assert epsilon(mech, T, DELTA) <= 1.0 < epsilon(mech, T + 1, DELTA)
+    assert calls[0] <= 11  # doubling from 1 to the bracket, then bisection of it, takes 2·log₂ T ≈ 20 here
 
 
 def test_calibration_cache_memory_and_disk(tmp_path):

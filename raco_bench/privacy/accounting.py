@@ -166,23 +166,42 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
 
 
 def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
-    """The largest integer T ≤ ``cap`` with eps(T) ≤ ``target`` for a non-decreasing ``eps`` (0 if even T = 1 exceeds it):
-    exponential bracketing, then bisection."""
-    if eps(1) > target:
+    """The largest integer T ≤ ``cap`` with eps(T) ≤ ``target`` for a non-decreasing ``eps`` (0 if even T = 1 exceeds it).
+
+    Every answer rests on evaluated values: the search keeps a bracket lo < hi with eps(lo) ≤ target < eps(hi) and
+    returns lo once hi = lo + 1. What it chooses is only where to evaluate next, and each evaluation (a PLD composition)
+    costs about the same at any T. So it brackets by factors of 8, then proposes the crossing of the straight line
+    through the bracket's ends in (log T, log ε), where ε(T) of subsampled mechanisms is close to a straight line;
+    it probes the integer nearest that crossing (then its neighbour closes the bracket), and bisects whenever two
+    proposals in a row left more than half of the bracket (or where ε is 0 or infinite and the line is undefined). Against plain doubling and
+    bisection (tests/test_accounting.py), the same T in a third to half of the evaluations."""
+    lo, e_lo, t = 1, eps(1), 8
+    if e_lo > target:
         return 0
-    lo, hi = 1, 2
-    while hi <= cap and eps(hi) <= target:
-        lo, hi = hi, hi * 2
-    if hi > cap:
-        if eps(cap) <= target:
+    while True:  # bracket
+        t = min(t, cap)
+        e = eps(t) if t > lo else e_lo
+        if e > target:
+            hi, e_hi = t, e
+            break
+        if t == cap:
             return cap
-        hi = cap
+        lo, e_lo, t = t, e, t * 8
+    slow = 0
     while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
-        mid = (lo + hi) // 2
-        if eps(mid) <= target:
-            lo = mid
+        width = hi - lo
+        line = 0 < e_lo and math.isfinite(e_hi) and slow < 2
+        if line:
+            x = math.log(lo) + (math.log(target) - math.log(e_lo)) * (math.log(hi) - math.log(lo)) / (math.log(e_hi) - math.log(e_lo))
+            mid = min(max(int(math.exp(x) + 0.5), lo + 1), hi - 1)  # the integer nearest the crossing, inside the bracket
         else:
-            hi = mid
+            mid = (lo + hi) // 2
+        e = eps(mid)
+        if e <= target:
+            lo, e_lo = mid, e
+        else:
+            hi, e_hi = mid, e
+        slow = slow + 1 if line and 2 * (hi - lo) > width else 0
     return lo
 
 
