@@ -153,8 +153,8 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
     """Largest T ≤ ``cap`` with ε(T) ≤ ``target_epsilon`` (0 if even one step is too many), the private
     checkpoint selection (if any) included.
 
-    Exponential bracketing then bisection on the monotone ε(T); each evaluation composes the one-step
-    PLD. Results are cached by :mod:`raco_bench.privacy.calibration`.
+    A search on the monotone ε(T) (:func:`largest_within`); each evaluation composes the one-step PLD. Results
+    are cached by :mod:`raco_bench.privacy.calibration`.
     """
     if not target_epsilon > 0:
         raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")
