@@ -175,3 +175,29 @@ def test_an_evaluation_without_losses_gives_the_same_counts_and_no_loss_metrics(
     for a, b, w in zip(full, counts, whole):
         assert set(a) - set(b) == set(LOSS_METRICS) and set(b) == set(w)
         assert b == {k: v for k, v in a.items() if k not in LOSS_METRICS} == w
+
+
+@pytest.mark.parametrize("builder", [demographic_parity, equalized_odds])
+def test_the_compiled_counts_equal_the_torch_counts_ties_and_diverged_models_included(builder):
+    """Without the loss metrics a CPU counts two-class margins in one compiled pass (docs/packs.md, "Fused row passes");
+    its counts are the torch path's: a model with zero weights (every margin 0: a tie predicts class 0), a model with a
+    NaN weight and one with an infinite weight (their chunks fall back to the general path's argmax rules) included."""
+    rng = np.random.default_rng(16)
+    N, d, G, K = 500, 4, 3, 6
+    split, problem = _split(rng, N, d, G, 2, builder)
+    weight = torch.as_tensor(rng.normal(size=(K, 2, d)), dtype=torch.float32)
+    bias = torch.as_tensor(rng.normal(size=(K, 2)), dtype=torch.float32)
+    weight[1], bias[1] = 0.0, 0.0
+    weight[2, 1, 0], weight[3, 0, 1] = float("nan"), float("inf")
+    gammas = torch.full((K, problem.n_constraints), 0.05)
+    taus = [1.0] * K
+    for models in (slice(0, 2), slice(None)):  # finite margins (the compiled pass), then with the diverged models (the fallback)
+        for rows in (64, N):
+            args = (weight[models], bias[models], split, taus[models], G, 2, problem.compile(), gammas[models])
+            compiled = evaluate_linear(*args, rows=rows, losses=False)
+            torch_path = evaluate_linear(*args, rows=rows)  # with the loss metrics: the torch path
+            for a, b in zip(compiled, torch_path):
+                assert a == {k: v for k, v in b.items() if k not in LOSS_METRICS}
+        assert compiled[1]["accuracy"] == pytest.approx(float((split.y == 0).double().mean()))  # all ties: class 0
+        margin = linear_logits(weight[:1], bias[:1], split.X)[:, :, 0]
+        assert compiled[0]["accuracy"] == pytest.approx(float(((margin[:, 1] > margin[:, 0]).long() == split.y).double().mean()))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from raco_bench.packs.draws import block_steps
 from raco_bench.privacy.counter_rng import poisson_width
-from raco_bench.training.evaluation import EVAL_ROWS_CPU, EVAL_ROWS_GPU
+from raco_bench.training.evaluation import eval_rows as chunk_rows
 
 HISTORY_ENTRY_BYTES = 1_700  # one recorded evaluation of one configuration (Python dicts of every split's metrics): tracemalloc, docs/packs.md
 EVAL_BYTES_PER_ROW = 24  # per row, class and model of one evaluation chunk: its logits and working arrays, counted from the code
@@ -64,7 +64,7 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     noise += 16 * D * width * block_steps(D, 2 * width)  # the distinct batches drawn ahead (raco_bench.packs.draws.BatchesAhead)
     state = K * (3 * 4 * (c * d + c) + 64 * 4) + noise  # params, update, settings and the noise blocks (float64)
     tables = 4 * (c + 2 + n_parts) * n_train + WORKING_BYTES
-    chunk = min(eval_rows, EVAL_ROWS_GPU if gpu else EVAL_ROWS_CPU)
+    chunk = min(eval_rows, chunk_rows("cuda" if gpu else "cpu", K))
     evaluation = EVAL_BYTES_PER_ROW * chunk * c * K + (4 * eval_rows * c * K if selection else 0)
     return PackMemory(tables=tables, state=state, step=step, evaluation=evaluation,
                       history=HISTORY_ENTRY_BYTES * sum(evaluations))
