@@ -20,6 +20,7 @@ HISTORY_ENTRY_BYTES = 1_700  # one recorded evaluation of one configuration (Pyt
 EVAL_BYTES_PER_ROW = 24  # per row, class and model of one evaluation chunk: its logits and working arrays, counted from the code
 WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has run a step and an evaluation, fitted to measured peaks
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
+FUSED_STEP_ARRAYS = 4  # with the compiled two-class passes (a CPU, at most two parts): the margin, τ·margin, p₀ and the residual
 CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
 
 
@@ -57,7 +58,9 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     for b in batches:
         counts[b] = counts.get(b, 0) + 1
     widest = max(n * poisson_width(n_train, b) for b, n in counts.items())  # configuration-slots of the largest chunk
-    step = STEP_ARRAYS * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * 4 * c) + widest * per_slot
+    fused = not gpu and c == 2 and n_parts <= 2  # docs/packs.md, "Fused row passes": one float32 per slot and array
+    arrays, slot = (FUSED_STEP_ARRAYS, 4) if fused else (STEP_ARRAYS, 4 * c)
+    step = arrays * min(CHUNK_GPU if gpu else CHUNK_CPU, widest * slot) + widest * per_slot
     noise = sum(8 * K * count * block_steps(K, count) for count in (c * d + c, n_parts * c))  # Gaussian and Laplace drawn ahead
     width = max(poisson_width(n_train, b) for b in counts)
     D = K if batch_streams is None else batch_streams
@@ -75,7 +78,8 @@ def evaluations_of(steps: int, eval_every: int, selection_checkpoints: int = 0) 
     return 2 + steps // eval_every + selection_checkpoints
 
 
-PROCESS_BYTES = 700 * 2**20  # a Ray worker before its pack: Python, torch, Ray, MLflow and the prepared runs (measured: 560–690 MiB)
+PROCESS_BYTES = 800 * 2**20  # a Ray worker before its pack: Python, torch, Ray, MLflow, numba with the compiled kernels and the prepared runs
+# (measured: 560–690 MiB before the kernels; `raco-bench bench memory` measures 620–680 MiB with them, 2026-11-26)
 FREE_SHARE = 0.7  # of the node's available memory, what the packs running at once may take (Ray's monitor kills at 95 %)
 
 
