@@ -147,7 +147,7 @@ def test_gaps_agree_with_fairlearn():
 
 
 def test_dual_quantities_cpu_fast_path_matches_torch_path_and_reference():
-    """The fused CPU (numpy) path equals the torch path and the separate part_coefficients / values."""
+    """The CPU path (one compiled loop) equals the torch path and the separate part_coefficients / values."""
     gen = torch.Generator().manual_seed(5)
     problem = equalized_odds(4, 3, 0.1)
     rates = problem.compile(dtype=torch.float64)

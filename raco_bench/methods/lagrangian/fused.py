@@ -31,6 +31,8 @@ def noisy_histogram(p0: torch.Tensor, part1: torch.Tensor, mask: torch.Tensor, h
     _check(p0, part1, mask, n_parts)
     if laplace is not None and laplace.shape[1] != 2 * n_parts:
         raise ValueError(f"the Laplace draws have {laplace.shape[1]} numbers per configuration; the histogram has {2 * n_parts} cells")
+    if len(hard) != len(scale) or (laplace is not None and len(laplace) != len(scale)):
+        raise ValueError(f"hard, scale and the Laplace draws must hold one entry per configuration, {len(scale)}")
     if len(index) != G * k or (len(index) and not 0 <= index.min() <= index.max() < len(scale)):
         raise ValueError(f"index must name one of the {len(scale)} configurations for each of the chunk's {G * k}")
     out = np.empty((G * k, n_parts, 2), np.float32)
@@ -39,12 +41,13 @@ def noisy_histogram(p0: torch.Tensor, part1: torch.Tensor, mask: torch.Tensor, h
     return out
 
 
-def _check(p0: torch.Tensor, part1: torch.Tensor, rows: torch.Tensor, n_parts: int) -> None:
-    """The kernels read what they are given without bounds checks: refuse what they were not written for."""
+def _check(p0: torch.Tensor, part1: torch.Tensor, per_row: torch.Tensor, n_parts: int) -> None:
+    """The kernels read what they are given without bounds checks: refuse what they were not written for (``part1`` and
+    ``per_row`` are the call's G × 1 × M arrays)."""
     if p0.dtype != torch.float32 or p0.device.type != "cpu" or p0.dim() != 3:
         raise ValueError(f"the compiled two-class passes take float32 CPU arrays G × k × M, got {p0.dtype} {tuple(p0.shape)} on {p0.device}")
     G, _, M = p0.shape
-    if part1.numel() != G * M or rows.numel() != G * M:
+    if part1.numel() != G * M or per_row.numel() != G * M:
         raise ValueError(f"per-row arrays must be G × 1 × M = {G} × 1 × {M}")
     if n_parts not in (1, 2):
         raise ValueError(f"the compiled two-class passes handle one or two parts, not {n_parts}: use the torch form (PackData.fused=False)")
