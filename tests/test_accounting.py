@@ -99,15 +99,18 @@ def _largest_by_scan(eps, target: float, cap: int) -> int:
     return max((t for t in range(1, cap + 1) if eps(t) <= target), default=0)
 
 
-@pytest.mark.parametrize("shape", ["sqrt", "linear", "steps", "zero then one", "infinite above", "flat then steep"])
+@pytest.mark.parametrize("shape", ["sqrt", "linear", "steps", "zero then one", "infinite above", "flat then steep", "square", "log",
+                                   "almost flat"])
 @pytest.mark.parametrize("cap", [1, 7, 8, 9, 64, 700, 5000])
 def test_largest_within_finds_the_definition_on_every_shape(shape, cap):
     """The search (bracket, then the line in log-log with bisection as a safeguard) returns exactly the largest T within
     the target, whatever the shape of a non-decreasing ε: the shapes where the line is a poor guess or undefined included."""
     f = {"sqrt": lambda t: 0.03 * t ** 0.5, "linear": lambda t: 1e-3 * t, "steps": lambda t: 0.1 * (t // 37),
          "zero then one": lambda t: 0.0 if t < 311 else 1.0, "infinite above": lambda t: 1e-4 * t if t < 900 else math.inf,
-         "flat then steep": lambda t: 0.01 if t < 2000 else 0.01 + (t - 2000) ** 2 * 1e-6}[shape]
-    for target in (0.005, 0.05, 0.5, 2.0, f(8), f(64), f(512), f(cap)):  # ε equal to the target at a bracket point is within it
+         "flat then steep": lambda t: 0.01 if t < 2000 else 0.01 + (t - 2000) ** 2 * 1e-6,
+         "square": lambda t: 1e-7 * t * t, "log": lambda t: 0.1 * math.log(t + 1), "almost flat": lambda t: 0.2 + 1e-9 * t}[shape]
+    for target in (0.005, 0.05, 0.5, 2.0, f(8), f(64), f(512), f(cap), f(cap - 1) if cap > 1 else 0.0, 0.2 + 3e-6):  # ε equal to
+        # the target at a probed point is within it
         assert largest_within(f, target, cap) == _largest_by_scan(f, target, cap), (target, cap)
 
 
@@ -122,6 +125,12 @@ def test_largest_within_needs_fewer_compositions_than_bisection():
     T = largest_within(eps, 1.0, 5000)
     assert epsilon(mech, T, DELTA) <= 1.0 < epsilon(mech, T + 1, DELTA)
     assert calls[0] <= 11  # doubling from 1 to the bracket, then bisection of it, takes 2·log₂ T ≈ 20 here
+    # where T is in the thousands: T = 1, the line's guesses, then T and T + 1 (brackets by factors of 8 took 8)
+    mech, calls = StepMechanism(256 / 28829, 2.0, 8.0, "shared"), [0]
+    T = largest_within(eps, 1.0, 5000)
+    assert T > 1000 and epsilon(mech, T, DELTA) <= 1.0 < epsilon(mech, T + 1, DELTA) and calls[0] <= 6
+    mech, calls = StepMechanism(128 / 28829, 1.5, 10.0, "shared"), [0]  # the line crosses beyond the cap: the cap is probed
+    assert largest_within(eps, 1.0, 5000) == 5000 and calls[0] == 3
 
 
 def test_calibration_cache_memory_and_disk(tmp_path):
@@ -220,3 +229,21 @@ def test_a_cached_calibration_that_overspends_is_recomputed(tmp_path, kind):
         value = ask(fresh)
     assert value == pytest.approx(good) and spend(value) <= 1.0 < spend(bad)
     assert fresh.stale == 1 and json.loads(path.read_text())[key] == pytest.approx(good)
+
+
+def test_a_sweep_task_checks_its_calibration_and_the_check_reads_the_searched_value():
+    """A sweep's calibration tasks (solve_checked) refuse a solver that overspends, as the cache does; for T the check
+    re-reads the ε the search evaluated (memoised), so verifying in the task costs no composition."""
+    from raco_bench.privacy.calibration import StepsProblem, solve_checked
+
+    mech = StepMechanism(256 / 20000, 1.7, 6.0, "shared")
+    problem = StepsProblem(mech, 1.0, DELTA, 100_000)
+    epsilon.cache_clear()
+    T = problem.solve()
+    searched = epsilon.cache_info().misses
+    assert problem.within_budget(T) and epsilon.cache_info().misses == searched  # the check composed nothing new
+    assert solve_checked(problem) == T == max_steps(mech, 1.0, DELTA)
+    assert epsilon(mech, int(T), DELTA) <= 1.0 < epsilon(mech, int(T) + 1, DELTA)
+    broken = type("OneStepTooMany", (StepsProblem,), {"solve": lambda self: StepsProblem.solve(self) + 1})
+    with pytest.raises(RuntimeError, match="does not meet its own budget"):
+        solve_checked(broken(mech, 1.0, DELTA, 100_000))

@@ -161,39 +161,54 @@ def max_steps(mech: StepMechanism, target_epsilon: float, delta: float, cap: int
     _check_delta(delta)
     if not mech.private:
         raise ValueError("cannot calibrate the number of steps of a mechanism without noise (epsilon is infinite)")
-    base = step_pld(mech)
-    return largest_within(lambda t: _epsilon(base, t, delta, selection), target_epsilon, cap)
+    # through the memoised epsilon(): the check of the answer against the budget (calibration.solve_checked) then costs nothing
+    return largest_within(lambda t: epsilon(mech, t, delta, selection), target_epsilon, cap)
 
 
 def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
     """The largest integer T ≤ ``cap`` with eps(T) ≤ ``target`` for a non-decreasing ``eps`` (0 if even T = 1 exceeds it).
 
     Every answer rests on evaluated values: the search keeps a bracket lo < hi with eps(lo) ≤ target < eps(hi) and
-    returns lo once hi = lo + 1. What it chooses is only where to evaluate next, and each evaluation (a PLD composition)
-    costs about the same at any T. So it brackets by factors of 8, then proposes the crossing of the straight line
-    through the bracket's ends in (log T, log ε), where ε(T) of subsampled mechanisms is close to a straight line;
-    it probes the integer nearest that crossing (then its neighbour closes the bracket), and bisects whenever two
-    proposals in a row left more than half of the bracket (or where ε is 0 or infinite and the line is undefined). Against plain doubling and
-    bisection (tests/test_accounting.py), the same T in a third to half of the evaluations."""
-    lo, e_lo, t = 1, eps(1), 8
+    returns lo once hi = lo + 1 (or ``cap`` once eps(cap) ≤ target). What it chooses is only where to evaluate next, and
+    each evaluation (a PLD composition) costs about the same at any T. ε(T) of subsampled mechanisms is close to a
+    straight line in (log T, log ε), so every probe is a line's crossing of the target:
+
+    - bracketing, from T = 1: the second probe assumes ε grows like T (at most 64), later ones extend the line through
+      the last two points below the target (at least one step up, at most a factor of 64, ``cap`` itself when the line
+      crosses beyond it; factors of 8 after five probes in a row below the target, or where ε(T) is 0);
+    - inside the bracket, the integer nearest the crossing of the line through its ends (then its neighbour closes the
+      bracket), bisecting whenever two proposals in a row left more than half of the bracket, or where ε is 0 or
+      infinite and the line is undefined.
+
+    Against plain doubling and bisection (tests/test_accounting.py), the same T in a third of the evaluations."""
+    lo, e_lo = 1, eps(1)
     if e_lo > target:
         return 0
+    below: tuple[int, float] | None = None  # the point below the target before lo
+    climbs = 0
     while True:  # bracket
+        if below is not None and 0 < below[1] < e_lo and climbs < 5:
+            guess = _crossing(below[0], below[1], lo, e_lo, target)
+            t = cap if guess >= cap else min(max(math.ceil(guess), lo + 1), 64 * lo)
+        elif below is None and 0 < e_lo and climbs < 5:
+            t = int(min(max(target / e_lo, 2.0), 64.0))
+        else:
+            t = 8 * lo
         t = min(t, cap)
-        e = eps(t) if t > lo else e_lo
+        e = eps(t)
         if e > target:
             hi, e_hi = t, e
             break
         if t == cap:
             return cap
-        lo, e_lo, t = t, e, t * 8
+        below, lo, e_lo = (lo, e_lo), t, e
+        climbs += 1
     slow = 0
     while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
         width = hi - lo
         line = 0 < e_lo and math.isfinite(e_hi) and slow < 2
         if line:
-            x = math.log(lo) + (math.log(target) - math.log(e_lo)) * (math.log(hi) - math.log(lo)) / (math.log(e_hi) - math.log(e_lo))
-            mid = min(max(int(math.exp(x) + 0.5), lo + 1), hi - 1)  # the integer nearest the crossing, inside the bracket
+            mid = min(max(int(_crossing(lo, e_lo, hi, e_hi, target) + 0.5), lo + 1), hi - 1)  # the integer nearest the crossing
         else:
             mid = (lo + hi) // 2
         e = eps(mid)
@@ -203,6 +218,12 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
             hi, e_hi = mid, e
         slow = slow + 1 if line and 2 * (hi - lo) > width else 0
     return lo
+
+
+def _crossing(t0: int, e0: float, t1: int, e1: float, target: float) -> float:
+    """Where the straight line through (log t0, log e0) and (log t1, log e1) reaches log ``target`` (as a T); e0 ≠ e1, both > 0."""
+    x = math.log(t0) + (math.log(target) - math.log(e0)) * (math.log(t1) - math.log(t0)) / (math.log(e1) - math.log(e0))
+    return math.exp(min(x, 700.0))
 
 
 def smallest_noise_within(eps: Callable[[float], float], target: float, limit: float, failure: str, rel_tol: float = 1e-3) -> float:

@@ -80,8 +80,12 @@ class CalibrationCache:
         return self._memory[key]
 
     def put(self, key: str, value: float) -> None:
-        self._memory[key] = value
-        self._store(key, value)
+        self.put_many({key: value})
+
+    def put_many(self, values: dict[str, float]) -> None:
+        """Store ``values`` (key → value) in memory and in one write of the file."""
+        self._memory.update(values)
+        self._store(values)
 
     def _load(self) -> dict[str, float]:
         if self.path is None or not self.path.is_file():
@@ -91,13 +95,13 @@ class CalibrationCache:
         except (OSError, json.JSONDecodeError):
             return {}
 
-    def _store(self, key: str, value: float) -> None:
-        if self.path is None:
+    def _store(self, values: dict[str, float]) -> None:
+        if self.path is None or not values:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             entries = self._load()
-            entries[key] = value
+            entries.update(values)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".calibration.")
             with os.fdopen(fd, "w") as fh:
                 json.dump(entries, fh)
@@ -133,11 +137,23 @@ class CalibrationCache:
             warnings.warn(f"discarding a cached calibration that overspends its budget (value {value}); recomputing", stacklevel=3)
             self.stale += 1
         self.misses += 1
-        value = compute()
-        if not within_budget(value):  # a solver that overspends is a bug: never store or return its value
-            raise RuntimeError(f"a computed calibration (value {value}) does not meet its own budget: the solver is wrong; nothing was trained")
+        value = _checked(compute(), within_budget)
         self.put(key, value)
         return value
+
+
+def _checked(value: float, within_budget) -> float:
+    """``value`` if it meets the budget; a solver that overspends is a bug, and its value is never stored or returned."""
+    if not within_budget(value):
+        raise RuntimeError(f"a computed calibration (value {value}) does not meet its own budget: the solver is wrong; nothing was trained")
+    return value
+
+
+def solve_checked(problem: CalibrationProblem) -> float:
+    """``problem`` solved and its value checked against the budget, as :meth:`CalibrationCache.solve` checks a computed
+    value: what a sweep's parallel calibration tasks run (where the searches evaluate ε through the memoised
+    :func:`~raco_bench.privacy.accounting.epsilon`, the check of T re-reads the value the search computed)."""
+    return float(_checked(problem.solve(), problem.within_budget))
 
 
 # ------------------------------------------------------------------ calibration problems (value objects)

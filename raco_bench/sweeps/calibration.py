@@ -2,7 +2,9 @@
 
 Every private configuration has a calibration problem that its method plugin builds
 (:meth:`~raco_bench.methods.base.Method.calibration`: T for RaCO-DP and DP-SGD, σ for DP-FERMI, …).
-Each distinct problem is solved once, in parallel Ray tasks, and kept in the calibration cache; the
+Each distinct problem is solved once, in parallel Ray tasks that also check each value against its budget
+(:func:`~raco_bench.privacy.calibration.solve_checked`; a value read from the cache is re-verified in the driver
+instead), and kept in the calibration cache; the
 method's :meth:`~raco_bench.methods.base.Method.calibrated` says what the value fixes in the trial
 (``steps``, calibrated ``params``, or a ``skip`` reason). Calibrated values are stored apart from the
 searched ``params`` (in ``trial["calibrated"]``), so MLflow shows them as calibrated, and the trial
@@ -23,15 +25,11 @@ if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
 
-def _solve(problem) -> float:
-    return float(problem.solve())
-
-
 def calibrate(spec: SweepSpec, trials: list[Trial], n_train: int) -> dict:
     """Solve every private trial's calibration; results go into the trials (see the module docstring)."""
     import ray
 
-    from raco_bench.privacy.calibration import CalibrationCache
+    from raco_bench.privacy.calibration import CalibrationCache, solve_checked
 
     cache = CalibrationCache()
     problems, owners = {}, []
@@ -47,16 +45,20 @@ def calibrate(spec: SweepSpec, trials: list[Trial], n_train: int) -> dict:
         owners.append((t, method, problem))
     missing = [k for k in problems if cache.lookup(k) is None]
     t0 = time.perf_counter()
+    values: dict[str, float] = {}
     if missing:
-        solve = ray.remote(num_cpus=1)(_solve)
+        solve = ray.remote(num_cpus=1)(solve_checked)  # each value checked against its budget in its task, in parallel
         pending = {solve.remote(problems[k]): k for k in missing}
         progress = Progress("calibration", len(missing))
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             key = pending.pop(ready[0])
-            cache.put(key, ray.get(ready[0]))
+            values[key] = ray.get(ready[0])
             progress.advance()
-    values = {key: cache.solve(problem) for key, problem in problems.items()}  # each re-verified against its budget once
+        cache.put_many(values)
+    for key, problem in problems.items():  # values read from the cache: re-verified against the budget, here
+        if key not in values:
+            values[key] = cache.solve(problem)
     for t, method, problem in owners:
         apply_calibrated(t, method.calibrated(problem, values[problem.key()]))
     return {"distinct": len(problems), "computed": len(missing), "seconds": time.perf_counter() - t0}
