@@ -247,3 +247,56 @@ def test_a_sweep_task_checks_its_calibration_and_the_check_reads_the_searched_va
     broken = type("OneStepTooMany", (StepsProblem,), {"solve": lambda self: StepsProblem.solve(self) + 1})
     with pytest.raises(RuntimeError, match="does not meet its own budget"):
         solve_checked(broken(mech, 1.0, DELTA, 100_000))
+
+
+def test_largest_within_where_the_line_is_flat_or_infinite():
+    """Two ε values whose logs round equal (adjacent floats) and an infinite target leave the line undefined: the search
+    falls back to factors of 8 and bisection, and still finds the definition."""
+    a = 0.2
+    while math.log(a) != math.log(math.nextafter(a, 1)):
+        a = math.nextafter(a, 1)
+    b = math.nextafter(a, 1)
+    climbing = lambda t: a if t == 1 else (b if t < 10 else 0.3 + t)  # noqa: E731  (flat while it brackets)
+    flat_bracket = lambda t: a if t <= 700 else b  # noqa: E731  (flat inside the bracket)
+    for f, target, cap in ((climbing, 0.25, 1000), (flat_bracket, a, 1000), (lambda t: 1e-3 * t if t < 50 else math.inf, math.inf, 300)):
+        assert largest_within(f, target, cap) == _largest_by_scan(f, target, cap)
+
+
+def test_a_sweep_re_verifies_what_it_reads_from_the_cache(tmp_path, monkeypatch):
+    """calibrate() uses a cached T only after checking it against the budget: an entry one step too many is discarded
+    with a warning, recomputed and rewritten, and the trial gets the largest T that fits (no Ray is needed when every
+    value is cached); a T above its problem's cap is refused too."""
+    import json
+
+    from raco_bench.methods import get_method
+    from raco_bench.methods.base import Budget
+    from raco_bench.privacy.calibration import StepsProblem
+    from raco_bench.sweeps import SweepSpec
+    from raco_bench.sweeps.calibration import calibrate
+    from raco_bench.sweeps.plan import phase1_trials
+
+    monkeypatch.setenv("RACO_BENCH_CACHE", str(tmp_path))
+    spec = SweepSpec(dataset="adult", epsilons=(1.0,), gammas=(0.05,), methods=("raco-dp",), n_configs=3, phase1_seeds=1, max_steps=3000)
+    n = 28829
+    trials = [t for t in phase1_trials(spec, n) if t["epsilon"] is not None]
+    method = get_method("raco-dp")
+    problems = [method.calibration(method.hyperparameters(t["params"]), n, Budget(t["epsilon"], spec.delta, spec.max_steps, None, spec.selection))
+                for t in trials]
+    good = {p.key(): CalibrationCache().solve(p) for p in problems}
+    below_cap = [p for p in problems if isinstance(p, StepsProblem) and good[p.key()] < p.cap]
+    assert below_cap, "the sampled configurations should include one whose T is below the cap"
+    path = CalibrationCache().path
+    entries = json.loads(path.read_text())
+    entries[below_cap[0].key()] = good[below_cap[0].key()] + 1
+    path.write_text(json.dumps(entries))
+    with pytest.warns(UserWarning, match="overspends"):
+        calibrate(spec, trials, n)
+    for t, p in zip(trials, problems):
+        assert t["steps"] == good[p.key()] and epsilon(p.mechanism, t["steps"], p.delta, p.selection) <= 1.0
+    assert json.loads(path.read_text())[below_cap[0].key()] == good[below_cap[0].key()]
+    # a T above the cap is refused even where its ε would fit
+    from raco_bench.privacy.calibration import StepsProblem as Steps
+
+    capped = Steps(StepMechanism(0.01, 5.0, 50.0, "shared"), 1.0, DELTA, 100)
+    assert capped.solve() == 100 and epsilon(capped.mechanism, 101, DELTA) <= 1.0
+    assert capped.within_budget(100) and not capped.within_budget(101)

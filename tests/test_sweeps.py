@@ -187,6 +187,51 @@ def test_file_store_is_refused():
     assert tracking.resolve_tracking_uri("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
 
 
+# ------------------------------------------------------------------------------------ calibration
+def _one_step_too_many():
+    from raco_bench.privacy.calibration import StepsProblem
+
+    class OneStepTooMany(StepsProblem):
+        def solve(self) -> float:
+            return StepsProblem.solve(self) + 1
+
+    return OneStepTooMany
+
+
+@pytest.mark.slow
+def test_calibration_tasks_check_their_values_and_keep_what_they_solved(tmp_path):
+    """A sweep's calibration runs in Ray tasks that check each value against its budget where it is computed: a solver
+    one step too many fails the calibration (nothing of it stored), while the values other tasks solved are kept."""
+    import ray
+    import ray.cloudpickle
+
+    from raco_bench.privacy.accounting import StepMechanism, max_steps
+    from raco_bench.privacy.calibration import CalibrationCache, StepsProblem
+    from raco_bench.sweeps.calibration import solve_all
+
+    broken_type = _one_step_too_many()
+    module = sys.modules[__name__]
+    ray.cloudpickle.register_pickle_by_value(module)  # the planted solver travels to the task by value
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        mech = StepMechanism(256 / 20000, 1.7, 6.0, "shared")
+        good = StepsProblem(mech, 1.0, 1e-5, 100_000)
+        cache = CalibrationCache(path=tmp_path / "cal.json")
+        values, computed = solve_all({good.key(): good}, cache)
+        assert computed == 1 and values[good.key()] == max_steps(mech, 1.0, 1e-5) == CalibrationCache(path=tmp_path / "cal.json").lookup(good.key())
+        broken = broken_type(mech, 0.5, 1e-5, 100_000)
+        other = StepsProblem(mech, 2.0, 1e-5, 100_000)
+        cache = CalibrationCache(path=tmp_path / "other.json")
+        with pytest.raises(RuntimeError, match="does not meet its own budget"):
+            solve_all({other.key(): other, broken.key(): broken}, cache)
+        stored = CalibrationCache(path=tmp_path / "other.json")
+        assert stored.lookup(broken.key()) is None
+        assert stored.lookup(other.key()) in (None, max_steps(mech, 2.0, 1e-5))  # kept if its task ended first
+    finally:
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(module)
+
+
 # ---------------------------------------------------------------------------- idempotent logging
 TEST_KEY = bytes(range(32))  # the sweep's secret key (a retried attempt draws from the same key, as a sweep's trials do)
 

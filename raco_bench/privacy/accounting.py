@@ -187,10 +187,10 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
     below: tuple[int, float] | None = None  # the point below the target before lo
     climbs = 0
     while True:  # bracket
-        if below is not None and 0 < below[1] < e_lo and climbs < 5:
-            guess = _crossing(below[0], below[1], lo, e_lo, target)
+        guess = _crossing(below[0], below[1], lo, e_lo, target) if below is not None and climbs < 5 else None
+        if guess is not None:
             t = cap if guess >= cap else min(max(math.ceil(guess), lo + 1), 64 * lo)
-        elif below is None and 0 < e_lo and climbs < 5:
+        elif below is None and 0 < e_lo < math.inf and climbs < 5:
             t = int(min(max(target / e_lo, 2.0), 64.0))
         else:
             t = 8 * lo
@@ -206,11 +206,9 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
     slow = 0
     while hi - lo > 1:  # invariant: eps(lo) <= target < eps(hi)
         width = hi - lo
-        line = 0 < e_lo and math.isfinite(e_hi) and slow < 2
-        if line:
-            mid = min(max(int(_crossing(lo, e_lo, hi, e_hi, target) + 0.5), lo + 1), hi - 1)  # the integer nearest the crossing
-        else:
-            mid = (lo + hi) // 2
+        guess = _crossing(lo, e_lo, hi, e_hi, target) if slow < 2 else None
+        line = guess is not None
+        mid = min(max(int(guess + 0.5), lo + 1), hi - 1) if line else (lo + hi) // 2  # the integer nearest the crossing
         e = eps(mid)
         if e <= target:
             lo, e_lo = mid, e
@@ -220,9 +218,15 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
     return lo
 
 
-def _crossing(t0: int, e0: float, t1: int, e1: float, target: float) -> float:
-    """Where the straight line through (log t0, log e0) and (log t1, log e1) reaches log ``target`` (as a T); e0 ≠ e1, both > 0."""
-    x = math.log(t0) + (math.log(target) - math.log(e0)) * (math.log(t1) - math.log(t0)) / (math.log(e1) - math.log(e0))
+def _crossing(t0: int, e0: float, t1: int, e1: float, target: float) -> float | None:
+    """Where the straight line through (log t0, log e0) and (log t1, log e1) reaches log ``target`` (as a T); None where
+    that line is undefined or flat: an ε or the target 0 or infinite, or log e0 = log e1 (e0 = e1, or adjacent floats)."""
+    if not (0 < e0 < math.inf and 0 < e1 < math.inf and 0 < target < math.inf):
+        return None
+    rise = math.log(e1) - math.log(e0)
+    if rise <= 0:
+        return None
+    x = math.log(t0) + (math.log(target) - math.log(e0)) * (math.log(t1) - math.log(t0)) / rise
     return math.exp(min(x, 700.0))
 
 

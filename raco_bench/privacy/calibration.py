@@ -220,7 +220,7 @@ class StepsProblem(CalibrationProblem):
         return float(max_steps(self.mechanism, self.target_epsilon, self.delta, self.cap, self.selection))
 
     def within_budget(self, value: float) -> bool:
-        if value < 0 or value != int(value):
+        if value < 0 or value != int(value) or value > self.cap:
             return False
         return value == 0 or epsilon(self.mechanism, int(value), self.delta, self.selection) <= self.target_epsilon
 

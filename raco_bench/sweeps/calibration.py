@@ -22,14 +22,13 @@ from raco_bench.progress import Progress
 from raco_bench.sweeps.spec import SweepSpec
 
 if TYPE_CHECKING:
+    from raco_bench.privacy.calibration import CalibrationCache, CalibrationProblem
     from raco_bench.sweeps.plan import Trial
 
 
 def calibrate(spec: SweepSpec, trials: list[Trial], n_train: int) -> dict:
     """Solve every private trial's calibration; results go into the trials (see the module docstring)."""
-    import ray
-
-    from raco_bench.privacy.calibration import CalibrationCache, solve_checked
+    from raco_bench.privacy.calibration import CalibrationCache
 
     cache = CalibrationCache()
     problems, owners = {}, []
@@ -43,25 +42,39 @@ def calibrate(spec: SweepSpec, trials: list[Trial], n_train: int) -> dict:
             continue
         problems[problem.key()] = problem
         owners.append((t, method, problem))
-    missing = [k for k in problems if cache.lookup(k) is None]
     t0 = time.perf_counter()
-    values: dict[str, float] = {}
-    if missing:
-        solve = ray.remote(num_cpus=1)(solve_checked)  # each value checked against its budget in its task, in parallel
-        pending = {solve.remote(problems[k]): k for k in missing}
-        progress = Progress("calibration", len(missing))
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            key = pending.pop(ready[0])
-            values[key] = ray.get(ready[0])
-            progress.advance()
-        cache.put_many(values)
-    for key, problem in problems.items():  # values read from the cache: re-verified against the budget, here
-        if key not in values:
-            values[key] = cache.solve(problem)
+    values, computed = solve_all(problems, cache)
     for t, method, problem in owners:
         apply_calibrated(t, method.calibrated(problem, values[problem.key()]))
-    return {"distinct": len(problems), "computed": len(missing), "seconds": time.perf_counter() - t0}
+    return {"distinct": len(problems), "computed": computed, "seconds": time.perf_counter() - t0}
+
+
+def solve_all(problems: dict[str, CalibrationProblem], cache: CalibrationCache) -> tuple[dict[str, float], int]:
+    """Every problem's value (key → value) and how many were computed: those the cache lacks are solved in parallel
+    Ray tasks, each checked against its budget in its task (:func:`~raco_bench.privacy.calibration.solve_checked`), and
+    stored; those read from the cache are re-verified against the budget here (:meth:`CalibrationCache.solve`)."""
+    import ray
+
+    from raco_bench.privacy.calibration import solve_checked
+
+    missing = [k for k in problems if cache.lookup(k) is None]
+    values: dict[str, float] = {}
+    if missing:
+        solve = ray.remote(num_cpus=1)(solve_checked)
+        pending = {solve.remote(problems[k]): k for k in missing}
+        progress = Progress("calibration", len(missing))
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                key = pending.pop(ready[0])
+                values[key] = ray.get(ready[0])
+                progress.advance()
+        finally:  # what was solved is kept, in one write, even when a task fails
+            cache.put_many(values)
+    for key, problem in problems.items():
+        if key not in values:
+            values[key] = cache.solve(problem)
+    return values, len(missing)
 
 
 def apply_calibrated(trial: Trial, fixed: dict) -> None:
