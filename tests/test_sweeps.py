@@ -201,7 +201,10 @@ def _one_step_too_many():
 @pytest.mark.slow
 def test_calibration_tasks_check_their_values_and_keep_what_they_solved(tmp_path):
     """A sweep's calibration runs in Ray tasks that check each value against its budget where it is computed: a solver
-    one step too many fails the calibration (nothing of it stored), while the values other tasks solved are kept."""
+    one step too many fails the calibration (nothing of it stored), while the values other tasks solved are kept.
+
+    The test's own local Ray runs in this process, without token authentication (Ray would otherwise switch it on in
+    this process's environment, which the later tests' loopback clusters inherit), and the environment is restored."""
     import ray
     import ray.cloudpickle
 
@@ -211,6 +214,8 @@ def test_calibration_tasks_check_their_values_and_keep_what_they_solved(tmp_path
 
     broken_type = _one_step_too_many()
     module = sys.modules[__name__]
+    saved = dict(os.environ)
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.cloudpickle.register_pickle_by_value(module)  # the planted solver travels to the task by value
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
@@ -230,6 +235,8 @@ def test_calibration_tasks_check_their_values_and_keep_what_they_solved(tmp_path
     finally:
         ray.shutdown()
         ray.cloudpickle.unregister_pickle_by_value(module)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 # ---------------------------------------------------------------------------- idempotent logging
