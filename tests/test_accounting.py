@@ -295,8 +295,6 @@ def test_a_sweep_re_verifies_what_it_reads_from_the_cache(tmp_path, monkeypatch)
         assert t["steps"] == good[p.key()] and epsilon(p.mechanism, t["steps"], p.delta, p.selection) <= 1.0
     assert json.loads(path.read_text())[below_cap[0].key()] == good[below_cap[0].key()]
     # a T above the cap is refused even where its ε would fit
-    from raco_bench.privacy.calibration import StepsProblem as Steps
-
-    capped = Steps(StepMechanism(0.01, 5.0, 50.0, "shared"), 1.0, DELTA, 100)
+    capped = StepsProblem(StepMechanism(0.01, 5.0, 50.0, "shared"), 1.0, DELTA, 100)
     assert capped.solve() == 100 and epsilon(capped.mechanism, 101, DELTA) <= 1.0
     assert capped.within_budget(100) and not capped.within_budget(101)

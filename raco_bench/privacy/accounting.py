@@ -180,7 +180,8 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
       bracket), bisecting whenever two proposals in a row left more than half of the bracket, or where ε is 0 or
       infinite and the line is undefined.
 
-    Against plain doubling and bisection (tests/test_accounting.py), the same T in a third of the evaluations."""
+    Against plain doubling and bisection, the same T in about two fifths of the evaluations (docs/packs.md: 313 against
+    649 on 42 problems with brackets by factors of 8, then 22–26 % fewer with the line's brackets; tests/test_accounting.py)."""
     lo, e_lo = 1, eps(1)
     if e_lo > target:
         return 0

@@ -56,6 +56,11 @@ class EvalSplit:
         return EvalSplit(self.X[start:stop], self.y[start:stop], self.group[start:stop], None if self.parts is None else self.parts[start:stop])
 
 
+def cell_ids(y: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Each row's (label, group) cell, label-major: y · n_groups + group (the cells every count of this module uses)."""
+    return y * n_groups + group
+
+
 def linear_logits(weight: torch.Tensor, bias: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """Logits of K linear models (weight K × c × d, bias K × c) on the rows of X, N × c × K: one matrix product."""
     K, c, d = weight.shape
@@ -126,7 +131,7 @@ class SplitCounts:
 def _general_counts(logits: torch.Tensor, pred: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int,
                     n_parts: int | None, losses: bool = True) -> SplitCounts:
     """:class:`SplitCounts` for any number of classes from logits N × c × K and predictions N × K."""
-    counts = class_counts(pred, split.y * n_groups + split.group, n_classes * n_groups, n_classes)
+    counts = class_counts(pred, cell_ids(split.y, split.group, n_groups), n_classes * n_groups, n_classes)
     N, c, K = logits.shape
     hard = class_counts(pred, split.parts, n_parts, n_classes) if n_parts is not None else None
     if not losses:
@@ -149,7 +154,7 @@ def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torc
         return None
     N = margin.shape[0]
     positive = torch.sign(margin).clamp_min_(0).to(_exact_dtype(N))  # [D > 0]; faster than a comparison's bool array
-    counts = _binary_counts(positive, split.y * n_groups + split.group, 2 * n_groups)
+    counts = _binary_counts(positive, cell_ids(split.y, split.group, n_groups), 2 * n_groups)
     hard = _binary_counts(positive, split.parts, n_parts) if n_parts is not None else None
     if not losses:
         return SplitCounts(counts, None, hard, None)
@@ -166,7 +171,7 @@ def _binary_counts_compiled(margin: torch.Tensor, split: EvalSplit, n_groups: in
     row adds [D > 0] of its K models to its cell's and its part's counts. The counts are exact integers in float64.
     None where a margin is NaN (or ±inf, whose product with 0 is NaN: the general path then counts the chunk)."""
     N, K = margin.shape
-    cells = (split.y * n_groups + split.group).numpy()
+    cells = cell_ids(split.y, split.group, n_groups).numpy()
     parts = split.parts.numpy() if n_parts is not None else np.zeros(N, np.int64)
     n_cells, P = 2 * n_groups, n_parts or 1
     ones_cells, ones_parts = np.zeros((n_cells, K)), np.zeros((P, K))
@@ -239,7 +244,7 @@ def _gaps_of_counts(counts: torch.Tensor, n_groups: int, n_classes: int) -> dict
 def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
     """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N),
     from the counts per (label, group) cell."""
-    gaps = _gaps_of_counts(class_counts(pred.T, y * n_groups + group, n_classes * n_groups, n_classes), n_groups, n_classes)
+    gaps = _gaps_of_counts(class_counts(pred.T, cell_ids(y, group, n_groups), n_classes * n_groups, n_classes), n_groups, n_classes)
     return [dict(zip(gaps, values)) for values in zip(*gaps.values())]
 
 
