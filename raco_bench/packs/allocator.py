@@ -19,13 +19,28 @@ MMAP_THRESHOLD = 64 * 2**20  # blocks below this come from the heap (glibc's lar
 TRIM_THRESHOLD = 256 * 2**20  # free memory at the heap's top kept before trimming
 
 
-def keep_freed_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds for this process; True where it did (idempotent)."""
+def _libc():
     name = ctypes.util.find_library("c")
     try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        return False
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's free memory back to the system now (glibc's ``malloc_trim``); True where glibc did release some.
+
+    For measurements: after :func:`keep_freed_memory`, blocks a process freed (a calibration's, a warm-up pack's) stay
+    resident and a later pack reuses them, so its growth in resident memory would understate what it holds
+    (``raco-bench bench memory`` trims before it reads the memory "before" a pack)."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    return bool(trim(0)) if trim is not None else False
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process; True where it did (idempotent)."""
+    mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -3,8 +3,8 @@
 A sweep picks its pack size from this model and the node's free memory, so that a default sweep never drives a node
 into Ray's memory monitor (which kills workers at 95 % of the node's memory). The model adds five parts, each the
 arrays the code holds at once at its peak; the byte counts per element are those of the code (float32 arrays,
-int64 indices, float64 noise). Two numbers are not: a history entry's size (measured with ``sys.getsizeof`` over
-its dicts), and a fixed working set, fitted to the peaks ``raco-bench bench memory`` measures (it prints the model
+int64 indices, float64 noise). Two numbers are not: a history entry's size (measured with ``tracemalloc`` over what
+a pack's recorders hold), and a fixed working set, fitted to the peaks ``raco-bench bench memory`` measures (it prints the model
 beside each measured peak).
 """
 
@@ -30,7 +30,7 @@ class PackMemory:
 
     tables: int  # the training split's per-row constants the pack builds (X itself is the dataset's), and the working set
     state: int  # parameters, multipliers, settings and the noise draws held ahead (raco_bench.packs.draws)
-    step: int  # one chunk's per-slot arrays
+    step: int  # one chunk's per-slot arrays (counted beside the evaluation's: measured, a pack's peak holds both, docs/packs.md)
     evaluation: int  # one chunk of a batched evaluation of the K models, and the validation logits private selection reads
     history: int  # every configuration's recorded evaluations, kept until the pack ends
 
