@@ -114,6 +114,20 @@ def test_largest_within_finds_the_definition_on_every_shape(shape, cap):
         assert largest_within(f, target, cap) == _largest_by_scan(f, target, cap), (target, cap)
 
 
+@pytest.mark.parametrize("cap", [0, 1])
+def test_largest_within_evaluates_only_t_1_where_the_cap_allows_no_more(cap):
+    """Where the cap is 1 or less, ε is evaluated once, at T = 1: never again, and never at a T below 1."""
+    calls: list[int] = []
+
+    def eps(t: int) -> float:
+        calls.append(t)
+        return 1e-3 * t
+
+    assert largest_within(eps, 1.0, cap) == cap
+    assert calls == [1]
+    assert cap == _largest_by_scan(eps, 1.0, cap)
+
+
 def test_largest_within_needs_fewer_compositions_than_bisection():
     """On real PLDs the same T as doubling and bisection, in well under two thirds of the compositions."""
     mech, calls = StepMechanism(700 / 28829, 1.2, 3.0, "shared"), [0]

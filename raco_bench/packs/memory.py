@@ -4,8 +4,8 @@ A sweep picks its pack size from this model and the node's free memory, so that 
 into Ray's memory monitor (which kills workers at 95 % of the node's memory). The model adds five parts, each the
 arrays the code holds at once at its peak; the byte counts per element are those of the code (float32 arrays,
 int64 indices, float64 noise). Two numbers are not: a history entry's size (measured with ``tracemalloc`` over what
-a pack's recorders hold), and a fixed working set, fitted to the peaks ``raco-bench bench memory`` measures (it prints the model
-beside each measured peak).
+a pack's recorders hold), and a fixed working set, fitted to the peaks ``raco-bench bench memory`` measures (it
+prints the model beside each measured peak).
 """
 
 from __future__ import annotations

@@ -185,13 +185,15 @@ def largest_within(eps: Callable[[int], float], target: float, cap: int) -> int:
     lo, e_lo = 1, eps(1)
     if e_lo > target:
         return 0
+    if cap <= lo:  # nothing above T = 1 to probe
+        return cap
     below: tuple[int, float] | None = None  # the point below the target before lo
     climbs = 0
     while True:  # bracket
         guess = _crossing(below[0], below[1], lo, e_lo, target) if below is not None and climbs < 5 else None
         if guess is not None:
             t = cap if guess >= cap else min(max(math.ceil(guess), lo + 1), 64 * lo)
-        elif below is None and 0 < e_lo < math.inf and climbs < 5:
+        elif below is None and 0 < e_lo < math.inf:  # the first probe
             t = int(min(max(target / e_lo, 2.0), 64.0))
         else:
             t = 8 * lo
