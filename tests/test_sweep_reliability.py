@@ -270,19 +270,20 @@ def _closed_port() -> int:
 
 
 @pytest.mark.parametrize("server", ["refused", "silent"])
-def test_an_unreachable_store_fails_within_seconds_before_ray_or_loading(tmp_path, server):
+def test_an_unreachable_store_fails_on_its_probe_before_ray_or_loading(tmp_path, server):
     """A refused or a silent tracking server: the sweep fails before Ray starts and the report before it loads
-    anything, each within 10 s with the fix in one line (MLflow's own client retries for minutes)."""
+    anything, on the suite's own probe (a refused connection, or no answer within ``REACH_TIMEOUT_S``) rather than
+    MLflow's client, which retries for minutes, with the fix in one line. How long that takes is measured by
+    ``raco-bench bench preflight``, not asserted here: a test that times itself fails on a loaded machine."""
     silent = _SilentServer() if server == "silent" else None
     uri = f"http://127.0.0.1:{silent.port if silent else _closed_port()}"
     try:
         for cmd in ([sys.executable, str(ROOT / "sweeps" / "adult.py"), "--smoke", "--tracking-uri", uri],
                     [sys.executable, "-m", "raco_bench.cli", "report", "--experiment", "x", "--tracking-uri", uri]):
-            t0 = time.monotonic()
-            proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
-            elapsed = time.monotonic() - t0
+            proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
             assert proc.returncode == 2 and "is unreachable" in proc.stderr and "--tracking-uri" in proc.stderr, proc.stderr[-2000:]
-            assert elapsed < 10, f"{cmd[1]} took {elapsed:.1f}s"
+            reason = "timed out" if silent else "refused"
+            assert reason in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
             assert not (tmp_path / "ray_results").exists() and not (tmp_path / "mlflow.db").exists()
     finally:
         if silent:
