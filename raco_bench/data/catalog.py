@@ -372,17 +372,20 @@ def get_spec(name: str) -> DatasetSpec:
         raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}") from None
 
 
-def load_dataset(name: str, seed: int = 0, download: bool = True, preprocessing: str = "public", **params) -> TabularDataset:
+def load_dataset(name: str, seed: int = 0, download: bool = True, preprocessing: str = "public", validation_split: int = 0,
+                 **params) -> TabularDataset:
     """Load, verify and preprocess a benchmark dataset (see the module docstring).
 
     ``preprocessing``: ``"public"`` (default; feature domains from the catalog, no statistic of the
     rows) or ``"paper"`` (the papers' data-dependent z-scoring, outside the privacy budget).
+    ``validation_split``: 0 for the protocol's train/validation split, r > 0 for its r-th resample with the same test
+    split (a study's repeats, :func:`raco_bench.data.tabular.split_indices`).
     """
     from raco_bench.data.schema import PREPROCESSING_MODES
 
     if preprocessing not in PREPROCESSING_MODES:
         raise ValueError(f"invalid preprocessing={preprocessing!r}: choose one of {PREPROCESSING_MODES}")
-    return load_table(name, download, **params).dataset(seed, preprocessing)
+    return load_table(name, download, **params).dataset(seed, preprocessing, validation_split=validation_split)
 
 
 def load_table(name: str, download: bool = True, **params) -> RawTable:
@@ -408,10 +411,11 @@ def provenance(ds: TabularDataset) -> tuple[str, str, dict]:
     raws = spec.files() if spec is not None else ()
     seal = json.dumps({"name": ds.name, "params": spec.default_params if spec is not None else {}, "files": [r.sha256 for r in raws],
                        "split_seed": ds.split_seed, "preprocessing": ds.preprocessing,
+                       **({"validation_split": ds.validation_split} if ds.validation_split else {}),
                        "sizes": [len(ds.train), len(ds.val), len(ds.test)], "features": list(ds.feature_names)}, sort_keys=True)
     digest = hashlib.sha256(seal.encode()).hexdigest()[:16]
     source = ", ".join(r.url or r.relpath for r in raws) or "generated (no file)"
     profile = {"train_rows": len(ds.train), "val_rows": len(ds.val), "test_rows": len(ds.test), "features": ds.n_features,
                "groups": list(ds.group_names), "sensitive_attribute": ds.sensitive_attribute, "split_seed": ds.split_seed,
-               "preprocessing": ds.preprocessing}
+               "validation_split": ds.validation_split, "preprocessing": ds.preprocessing}
     return digest, source, profile

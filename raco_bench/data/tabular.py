@@ -65,6 +65,7 @@ class TabularDataset:
     split_seed: int
     note: str = ""
     preprocessing: str = "public"
+    validation_split: int = 0  # 0: the protocol's train/validation split; r > 0: its r-th resample (the test split fixed)
     task_outside_budget: tuple[str, ...] = ()  # statistics of the rows in the task definition itself (e.g. a label threshold)
 
     @functools.cached_property
@@ -138,11 +139,19 @@ def stratified_split(strata: np.ndarray, fraction: float, rng: np.random.Generat
     return np.sort(np.concatenate(kept)), np.sort(np.concatenate(held))
 
 
-def split_indices(y: np.ndarray, group: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    """Row indices of train / val / test under the project protocol (75/25, then 15% of train)."""
+def split_indices(y: np.ndarray, group: np.ndarray, seed: int, validation_split: int = 0) -> dict[str, np.ndarray]:
+    """Row indices of train / val / test under the project protocol (75/25, then 15% of train).
+
+    ``validation_split`` r > 0 resamples the train/validation split of the same training rows from its own generator
+    (a repeat of the study's protocol, docs/results.md, "Repeats"): the test split is the one of ``seed`` whatever r is,
+    and r = 0 is the protocol's split, the same rows as before repeats existed."""
+    if not (isinstance(validation_split, (int, np.integer)) and validation_split >= 0):
+        raise ValueError(f"invalid validation_split={validation_split!r}: a resample index is an integer >= 0 (0: the protocol's split)")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 75, 25, 15]))
     strata = y.astype(np.int64) * (int(group.max()) + 1) + group.astype(np.int64)
     train_all, test = stratified_split(strata, TEST_FRACTION, rng)
+    if validation_split:
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 75, 25, 15, int(validation_split)]))
     train_pos, val_pos = stratified_split(strata[train_all], VALIDATION_FRACTION, rng)
     return {"train": train_all[train_pos], "val": train_all[val_pos], "test": test}
 
@@ -170,8 +179,8 @@ class RawTable:
         if self.sensitive_attribute in self.frame.columns:
             raise ValueError(f"{self.name}: the sensitive attribute {self.sensitive_attribute!r} must not be a feature column")
 
-    def split(self, seed: int) -> dict[str, np.ndarray]:
-        return split_indices(self.label, self.group, seed)
+    def split(self, seed: int, validation_split: int = 0) -> dict[str, np.ndarray]:
+        return split_indices(self.label, self.group, seed, validation_split)
 
     def encode(self, preprocessing: str, train_rows: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
         """Features of every row (float32) and their names; ``paper`` reads statistics of ``train_rows``."""
@@ -205,9 +214,11 @@ class RawTable:
                 names.extend(f"{col}={level}" for level in levels)
         return np.concatenate(blocks, axis=1).astype(np.float32), tuple(names)
 
-    def dataset(self, seed: int, preprocessing: str = "public", idx: dict[str, np.ndarray] | None = None) -> TabularDataset:
-        """The encoded, split dataset (``idx`` overrides the protocol's split, e.g. for audits)."""
-        idx = idx if idx is not None else self.split(seed)
+    def dataset(self, seed: int, preprocessing: str = "public", idx: dict[str, np.ndarray] | None = None,
+                validation_split: int = 0) -> TabularDataset:
+        """The encoded, split dataset (``idx`` overrides the protocol's split, e.g. for audits; ``validation_split``
+        resamples its train/validation split, :func:`split_indices`)."""
+        idx = idx if idx is not None else self.split(seed, validation_split)
         X, names = self.encode(preprocessing, idx["train"])
 
         def take(key: str) -> Split:
@@ -217,7 +228,7 @@ class RawTable:
         return TabularDataset(
             name=self.name, train=take("train"), val=take("val"), test=take("test"), feature_names=names,
             class_names=self.class_names, group_names=self.group_names, sensitive_attribute=self.sensitive_attribute,
-            split_seed=seed, note=self.note, preprocessing=preprocessing, task_outside_budget=self.task_outside_budget,
+            split_seed=seed, validation_split=int(validation_split), note=self.note, preprocessing=preprocessing, task_outside_budget=self.task_outside_budget,
         )
 
     def with_row(self, features: dict, label: int, group: int) -> "RawTable":

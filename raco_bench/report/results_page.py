@@ -12,6 +12,7 @@ and then builds the page; ``raco-bench results`` rebuilds it from the files alon
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,13 @@ from raco_bench.report.references import load_references
 from raco_bench.report.study import PARTS, Part, Study, part_bytes
 
 PROVENANCE = {"raco_bench.command": "Command", "raco_bench.hardware": "Hardware", "raco_bench.version": "Suite version"}
+SCRIPT_ANYWHERE = re.compile(r"(?<![\w./-])\S*/(sweeps/[\w.-]+\.py)\b")  # a sweep script named by the absolute path it ran from
+
+
+def shown_command(command: str) -> str:
+    """A part's command as a reader runs it from the repository: a sweep script that an older suite recorded by the
+    absolute path of its machine (``python /work/run_study/sweeps/adult.py``) named ``sweeps/adult.py``."""
+    return SCRIPT_ANYWHERE.sub(r"\1", command)
 
 
 def wall_time(seconds: float | None) -> str:
@@ -39,7 +47,7 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
     mine = rows[rows["sweep_id"] == part.sweep_id]
     pipelines = sorted(set(mine["pipeline"]) - {""})
     lines = [f"### Part `{part.sweep_id}` (experiment `{part.experiment}`)", ""]
-    lines += [f"- **{label}:** `{part.provenance[key]}`" if key == "raco_bench.command" else f"- **{label}:** {part.provenance[key]}"
+    lines += [f"- **{label}:** `{shown_command(part.provenance[key])}`" if key == "raco_bench.command" else f"- **{label}:** {part.provenance[key]}"
               for key, label in PROVENANCE.items() if key in part.provenance]
     missing = [label for key, label in PROVENANCE.items() if key not in part.provenance]
     if missing:

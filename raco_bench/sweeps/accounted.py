@@ -125,7 +125,7 @@ def supports_accounting(method_name: str, spec=None, n_train: int | None = None)
         return None  # a non-private method spends nothing to tune (it has no ε to state)
     if spec is None or n_train is None:
         return None
-    defaults = sample_configs(method, 1, n_train, spec.sample_seed)[0]
+    defaults = sample_configs(method, 1, n_train, spec.search_seed)[0]
     family = RunFamily.of(method, defaults, n_train, _budget(spec, spec.epsilons[0]))
     try:
         value = family.problem.solve() if family.problem is not None else None
@@ -155,7 +155,7 @@ def reference(spec, method_name: str, epsilon: float, n_train: int) -> Reference
     """The default configuration at the knob value that spends the most while the release of the best of K ~ TNB runs
     like it stays within ``epsilon`` end to end (Theorem 2), and the pair of orders that gives that bound."""
     method = get_method(method_name)
-    defaults = sample_configs(method, 1, n_train, spec.sample_seed)[0]
+    defaults = sample_configs(method, 1, n_train, spec.search_seed)[0]
     family = RunFamily.of(method, defaults, n_train, _budget(spec, epsilon))
     try:
         value = family.most_within(lambda c: repeat_and_select(c, spec.tuning_mean, spec.tuning_shape).epsilon(spec.delta) <= epsilon)
@@ -196,9 +196,9 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
             refs[(method_name, eps)] = ref
             for gamma in gammas:
                 for r in range(spec.tuning_repeats):
-                    rng = np.random.default_rng(_seed(spec.sample_seed, method_name, eps, gamma, r))
+                    rng = np.random.default_rng(_seed(spec.search_seed, method_name, eps, gamma, r))
                     K = sample_tnb(spec.tuning_shape, spec.tuning_mean, rng)
-                    configs = sample_configs(method, K + 1, n_train, _seed(spec.sample_seed, method_name, eps, gamma, r, "configs"))[1:]
+                    configs = sample_configs(method, K + 1, n_train, _seed(spec.search_seed, method_name, eps, gamma, r, "configs"))[1:]
                     for i, params in enumerate(configs):
                         t = make_trial(method_name, eps, gamma, r * REPEAT_STRIDE + i, params, r * REPEAT_STRIDE + i)
                         t.update(repeat=r, tuning="accounted", tuning_runs=K, tuning_note=note)

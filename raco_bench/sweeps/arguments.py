@@ -26,6 +26,10 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--max-steps", type=int, help=f"cap on T for every method (default: {b.max_steps})")
     p.add_argument("--delta", type=float, help=f"privacy delta (default: {b.delta:g})")
     p.add_argument("--sample-seed", type=int, help=f"seed of the configuration sampler (default: {b.sample_seed})")
+    p.add_argument("--repeat", type=int,
+                   help="which repeat of the whole protocol (default 0: the protocol's train/validation split and search); r > 0 resamples "
+                        "the train/validation split (the test split fixed) and the search, under a fresh key: a study's repeats are parts "
+                        "with r = 0, 1, ... (docs/results.md, \"Repeats\")")
     p.add_argument("--yes", action="store_true", help="start a large sweep without asking (it asks only on a terminal)")
     p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
     p.add_argument("--preprocessing", choices=["public", "paper"],
@@ -92,7 +96,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         "experiment": args.experiment, "preprocessing": args.preprocessing, "checkpoint": args.checkpoint,
         "tuning": args.tuning, "tuning_mean": args.tuning_mean, "tuning_shape": args.tuning_shape, "tuning_repeats": args.tuning_repeats,
         "randomness": args.randomness, "batch_draws": args.batch_draws, "search": args.search, "search_batch": args.search_batch,
-        "step_budget": args.step_budget,
+        "step_budget": args.step_budget, "repeat": args.repeat,
     }
     if args.tuning == "accounted" and args.checkpoint is None:
         overrides["checkpoint"] = "private"  # the search selects on the noisy validation scores each run releases

@@ -45,6 +45,7 @@ class PlannedTrial(TypedDict):
     selection_checkpoints: int
     randomness: str
     batch_draws: str  # own | shared (raco_bench.training.config.batch_stream_id)
+    validation_split: int  # the sweep's repeat: which train/validation split the trial trains and selects on
     trial_key: str
 
 
@@ -82,7 +83,7 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
         "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
         "preprocessing": spec.preprocessing, "checkpoint": spec.checkpoint,
         "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
-        "batch_draws": spec.draws,
+        "batch_draws": spec.draws, "validation_split": spec.repeat,
     }
     t["trial_key"] = trial_key(t)
     return t
@@ -101,7 +102,7 @@ def _grid(spec: SweepSpec, method: str) -> list[tuple[float | None, float | None
 def phase1_trials(spec: SweepSpec, n_train: int) -> list[Trial]:
     trials = []
     for method in spec.methods:
-        configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.sample_seed, spec.step_budget, spec.max_steps)
+        configs = sample_configs(get_method(method), spec.n_configs, n_train, spec.search_seed, spec.step_budget, spec.max_steps)
         for epsilon, gamma in _grid(spec, method):
             for config_id, params in enumerate(configs):
                 for seed in range(spec.phase1_seeds):
@@ -125,8 +126,8 @@ def tpe_phase1(spec: SweepSpec, n_train: int, recorded: Callable[[], list[dict]]
     searches = {}
     for method, epsilon, gamma in cells(spec):
         space = get_method(method).sweep_space(n_train, spec.step_budget, spec.max_steps)
-        searches[(method, epsilon, gamma)] = CellSearch(space, gamma, cell_seed(spec.sample_seed, method, epsilon, gamma))
-    defaults = {m: sample_configs(get_method(m), 1, n_train, spec.sample_seed)[0] for m in spec.methods}
+        searches[(method, epsilon, gamma)] = CellSearch(space, gamma, cell_seed(spec.search_seed, method, epsilon, gamma))
+    defaults = {m: sample_configs(get_method(m), 1, n_train, spec.search_seed)[0] for m in spec.methods}
     lenient = min(spec.gammas)  # a γ-free method's failure bar: the lowest over the γ it serves
     trials: list[Trial] = []
     for lo in range(0, spec.n_configs, spec.search_batch):

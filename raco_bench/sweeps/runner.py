@@ -70,7 +70,7 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_reachable(uri)  # before the dataset is read and Ray starts: an unreachable store fails in seconds
-    ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing)
+    ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing, validation_split=spec.repeat)
     return ds, uri
 
 
@@ -422,6 +422,16 @@ def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: s
 PROVENANCE_TAGS = ("raco_bench.command", "raco_bench.hardware", "raco_bench.version")
 
 
+def command_line(argv: list[str], root: Path) -> str:
+    """The command as a reader of the results can run it: ``python sweeps/adult.py ...`` with the script relative to the
+    repository ``root`` when it lies inside it (not the absolute path of the machine it ran on)."""
+    if not argv or not argv[0].endswith(".py"):
+        return " ".join(argv)
+    script = Path(argv[0]).resolve()
+    shown = str(script.relative_to(root)) if script.is_relative_to(root) else argv[0]
+    return " ".join(["python", shown, *argv[1:]])
+
+
 def provenance(resources: dict) -> dict[str, str]:
     """How this sweep was started and where: the command line, the driver's hardware and the cluster's CPUs and GPUs,
     the suite's version and git commit. A results page (``raco-bench report --results``) states them."""
@@ -430,7 +440,7 @@ def provenance(resources: dict) -> dict[str, str]:
 
     import raco_bench
 
-    command = " ".join(["python", *sys.argv]) if sys.argv and sys.argv[0].endswith(".py") else " ".join(sys.argv)
+    command = command_line(sys.argv, Path(raco_bench.__file__).resolve().parents[1])
     gpus = ""
     try:
         import torch

@@ -13,7 +13,7 @@ RUN = RunConfig()  # the run defaults a sweep shares: written once, in RunConfig
 TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers) | accounted tuning (docs/sweeps.md)
 SEARCHES = ("random", "tpe")  # phase 1's configurations: random draws | Optuna's TPE, asked in rounds (docs/sweeps.md, "Search")
 STEP_BUDGETS = ("noise", "steps", "either")  # σ searched, T from the accountant | T searched, σ calibrated | both (docs/sweeps.md)
-NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise"}  # at these values a sweep keeps its id from before them
+NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise", "repeat": 0}  # at these values a sweep keeps its id from before them
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,16 @@ class SweepSpec:
     search: str = "random"  # random: independent draws | tpe: Optuna's TPE (the papers' search), asked in rounds of search_batch
     search_batch: int = 25  # tpe: configurations asked per (method, ε, γ) and round (a round trains them all before the next ask)
     step_budget: str = "noise"  # noise: σ searched, T from the accountant | steps: T searched, σ calibrated | either: a searched choice
+    repeat: int = 0  # which repeat of the whole protocol: r > 0 resamples the train/validation split and the search (docs/results.md, "Repeats")
+
+    @property
+    def search_seed(self) -> int:
+        """The seed of phase 1's search: ``sample_seed`` for the protocol's first run (repeat 0, as before repeats existed),
+        a seed of its own for each later repeat, so that a repeat searches afresh."""
+        if not self.repeat:
+            return self.sample_seed
+        digest = hashlib.sha256(f"search of repeat {self.repeat} from sample seed {self.sample_seed}".encode()).digest()
+        return int.from_bytes(digest[:4], "little") >> 1
 
     @property
     def draws(self) -> str:
@@ -76,6 +86,8 @@ class SweepSpec:
         if not self.gammas or any(not (0 <= g <= 1) for g in self.gammas):
             raise ValueError(f"gammas must be in [0, 1] (the constraint slack bounds a difference of rates; above 1 it constrains nothing), "
                              f"got {self.gammas}")
+        if not (isinstance(self.repeat, int) and self.repeat >= 0):
+            raise ValueError(f"repeat must be an integer >= 0 (0: the protocol's split and search), got {self.repeat!r}")
         for name in ("n_configs", "phase1_seeds", "phase2_seeds", "max_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -38,10 +38,10 @@ METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo
 
 
 @lru_cache(maxsize=4)
-def _dataset(name: str, split_seed: int, preprocessing: str):
+def _dataset(name: str, split_seed: int, preprocessing: str, validation_split: int = 0):
     from raco_bench.data import load_dataset
 
-    return load_dataset(name, seed=split_seed, preprocessing=preprocessing)
+    return load_dataset(name, seed=split_seed, preprocessing=preprocessing, validation_split=validation_split)
 
 
 NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
@@ -107,7 +107,7 @@ def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
-                                      "batch_draws")
+                                      "batch_draws", "validation_split")
                 if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
@@ -316,7 +316,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     members = pack["members"]
     trained = [t for t in members if not t.get("skip")]
     cfgs = [run_config(t, device) for t in trained]
-    dataset = _dataset(first["dataset"], defaults.split_seed, defaults.preprocessing)
+    dataset = _dataset(first["dataset"], defaults.split_seed, defaults.preprocessing, defaults.validation_split)
     runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
     log_dataset_input(tracking_uri, run_id, dataset)
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)

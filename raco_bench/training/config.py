@@ -39,6 +39,7 @@ class RunConfig:
     max_steps: int = 5000  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
     seed: int = 0
     split_seed: int = 0
+    validation_split: int = 0  # 0: the protocol's train/validation split; r > 0: its r-th resample, test split fixed (a study's repeat)
     preprocessing: str = "public"  # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
     checkpoint: str = "last"  # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
     selection_noise: float = 50.0  # checkpoint=private: Laplace scale on each validation count
@@ -75,6 +76,8 @@ class RunConfig:
             raise ValueError(f"invalid max_steps={self.max_steps!r}: must be >= 1")
         if self.eval_every < 1:
             raise ValueError(f"invalid eval_every={self.eval_every!r}: must be >= 1")
+        if not (isinstance(self.validation_split, int) and self.validation_split >= 0):
+            raise ValueError(f"invalid validation_split={self.validation_split!r}: an integer >= 0 (0: the protocol's train/validation split)")
         if self.batch_draws not in BATCH_DRAWS:
             raise ValueError(f"invalid batch_draws={self.batch_draws!r}: choose one of {BATCH_DRAWS} (docs/packs.md, \"Shared batches\")")
         if self.randomness not in RANDOMNESS_MODES:
@@ -124,7 +127,10 @@ def batch_stream_id(cfg: RunConfig) -> int | None:
     (accounted tuning, the white-box audit) keeps ``own``."""
     if cfg.batch_draws == "own":
         return None
-    return _signed_hash({"shared batches of": {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}})
+    rows = {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}
+    if cfg.validation_split:  # another training split: other rows (split 0 keeps the ids from before resamples existed)
+        rows["validation_split"] = cfg.validation_split
+    return _signed_hash({"shared batches of": rows})
 
 
 def _signed_hash(identity: dict) -> int:
@@ -139,5 +145,7 @@ def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     the same configuration with the same seed; a configuration draws the same stream alone and in a pack
     (docs/privacy.md, "Random numbers")."""
     identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    if not identity["validation_split"]:
+        identity.pop("validation_split")  # the protocol's split keeps the stream ids from before resamples existed
     identity["hyperparameters"] = hyperparameters
     return _signed_hash(identity)

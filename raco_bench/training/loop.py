@@ -93,9 +93,12 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     hyper = method.hyperparameters(cfg.params)
     if dataset is None and cfg.dataset in TRAIN_ROWS:
         method.check_train_size(hyper, TRAIN_ROWS[cfg.dataset])  # before the (slow) load
-    ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing)
+    ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing,
+                                                          validation_split=cfg.validation_split)
     if ds.preprocessing != cfg.preprocessing:
         raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
+    if ds.validation_split != cfg.validation_split:
+        raise ValueError(f"the dataset holds train/validation split {ds.validation_split} but the run asks for {cfg.validation_split}")
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
     ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),

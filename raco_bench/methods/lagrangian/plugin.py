@@ -122,20 +122,32 @@ class LagrangianSGDA(Method):
 
     def sweep_space(self, n_train: int, step_budget: str, max_steps: int) -> dict:
         """:meth:`search_space` under a sweep's step budget (docs/sweeps.md, "Step budget"): ``steps`` searches T
-        log-uniformly over [50, max_steps] and calibrates σ; ``either`` searches that choice too."""
+        log-uniformly over [50, max_steps] and calibrates σ; ``either`` searches that choice too. A non-private member
+        (SGDA, SGD) always searches its T over the same range, whatever the step budget: a reference tuned as the private
+        methods are, whose T the accountant does not choose (docs/methods/sgda.md)."""
         space = self.search_space(n_train)
-        if not self.private or step_budget == "noise":
+        if not self.private:
+            space["default_steps"] = self._searched_steps(max_steps)
             return space
+        if step_budget == "noise":
+            return space
+        space["train_steps"] = self._searched_steps(max_steps)
         from ray import tune
 
-        low = min(FEWEST_SEARCHED_STEPS, max_steps)
-        space["train_steps"] = tune.lograndint(low, max_steps + 1) if max_steps > low else low
         if step_budget == "steps":
             space.pop("noise_multiplier")
             space["step_budget"] = "steps"
         else:
             space["step_budget"] = tune.choice(["noise", "steps"])
         return space
+
+    @staticmethod
+    def _searched_steps(max_steps: int):
+        """T's domain in a sweep: log-uniform integers over [50, max_steps] (the cap itself where it is below 50)."""
+        from ray import tune
+
+        low = min(FEWEST_SEARCHED_STEPS, max_steps)
+        return tune.lograndint(low, max_steps + 1) if max_steps > low else low
 
     def applicable(self, hyper: SGDAHyper) -> dict:
         drop = set()

@@ -1,0 +1,88 @@
+"""The interval estimates of a study's repeats (raco_bench/report/intervals.py): coverage measured on simulated repeats,
+the design effect of clustered shares, and verdicts read from intervals alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from raco_bench.report.intervals import (
+    BETTER,
+    NO_DIFFERENCE,
+    WORSE,
+    Interval,
+    design_effect,
+    mean_interval,
+    paired_difference,
+    share_interval,
+    verdict,
+    wilson,
+)
+
+R, S, TRIALS = 5, 20, 2000  # five repeats of twenty seeds, as a study cell; 2,000 simulated cells (±0.01 on a coverage)
+
+
+def _cells(rng: np.random.Generator, skewed: bool) -> np.ndarray:
+    """TRIALS cells of R repeats × S seeds around a true mean of 0: a repeat's effect (its search and split), normal or
+    right-skewed (a selection that sometimes lands on a poor configuration), plus each seed's noise."""
+    if skewed:
+        effect = rng.lognormal(0.0, 0.5, (TRIALS, R, 1))
+        effect -= math.exp(0.5**2 / 2)  # centred on its true mean
+    else:
+        effect = rng.normal(0.0, 1.0, (TRIALS, R, 1))
+    return effect + rng.normal(0.0, 0.5, (TRIALS, R, S))
+
+
+@pytest.mark.parametrize("skewed", [False, True])
+def test_the_repeats_interval_covers_the_true_mean_at_its_level_where_a_bootstrap_of_five_does_not(skewed):
+    rng = np.random.default_rng(7)
+    cells = _cells(rng, skewed)
+    covered = 0
+    for cell in cells:
+        iv = mean_interval(cell.tolist())
+        covered += iv.low <= 0.0 <= iv.high
+    coverage = covered / TRIALS
+    assert (0.93 if not skewed else 0.89) <= coverage <= 0.97, coverage  # measured: 0.950 normal, 0.912 skewed
+    means = cells.mean(axis=2)  # (TRIALS, R)
+    boot = means[:, rng.integers(0, R, (500, R))].mean(axis=2)  # a percentile bootstrap over the five repeat means
+    low, high = np.quantile(boot, 0.025, axis=1), np.quantile(boot, 0.975, axis=1)
+    assert ((low <= 0) & (0 <= high)).mean() < 0.90  # why the t interval: five resampled values under-cover
+
+
+def test_a_mean_interval_skips_repeats_without_a_value_and_one_repeat_has_no_interval():
+    iv = mean_interval([[0.2, 0.2], [math.nan], [0.3, 0.3], []])
+    assert iv.n == 2 and iv.estimate == pytest.approx(0.25) and iv.low < 0.25 < iv.high
+    one = mean_interval([[0.1, 0.3]])
+    assert one.n == 1 and one.estimate == pytest.approx(0.2) and math.isnan(one.low) and "one repeat" in one.text()
+    assert verdict(paired_difference({0: 0.1}, {0: 0.5})) == NO_DIFFERENCE  # one common repeat: no interval, no verdict
+
+
+def test_shares_of_clustered_runs_get_wider_intervals_that_cover():
+    """Runs of one repeat share its winner: a repeat's share of runs meeting γ varies more than binomially. The design
+    effect widens Wilson's interval to cover the true share; the interval that treats every run as independent does not."""
+    rng = np.random.default_rng(3)
+    truth, covered, naive = 0.7, 0, 0
+    for _ in range(TRIALS):
+        p = rng.beta(7.0 * 1.5, 3.0 * 1.5, R)  # each repeat's own chance of meeting γ, around 0.7
+        successes = rng.binomial(S, p)
+        iv = share_interval(successes.tolist(), [S] * R)
+        covered += iv.low <= truth <= iv.high
+        lo, hi = wilson(successes.sum(), R * S)
+        naive += lo <= truth <= hi
+    assert covered / TRIALS >= 0.90 and naive / TRIALS < 0.80, (covered / TRIALS, naive / TRIALS)
+    assert design_effect([20, 20, 20], [20, 20, 20]) == 1.0 and design_effect([0, 20], [20, 20]) > 10
+    assert share_interval([20] * R, [S] * R).low > 0.95  # all met γ: the interval is not a point
+
+
+def test_verdicts_come_from_the_interval_of_the_paired_difference():
+    a = {0: 0.170, 1: 0.172, 2: 0.171, 3: 0.173, 4: 0.170}
+    worse = {r: v + 0.01 + 0.001 * (r % 2) for r, v in a.items()}
+    assert verdict(paired_difference(a, worse)) == BETTER and verdict(paired_difference(worse, a)) == WORSE
+    assert verdict(paired_difference(a, worse), lower_is_better=False) == WORSE  # e.g. a share meeting γ: higher is better
+    noisy = {0: 0.165, 1: 0.180, 2: 0.168, 3: 0.176, 4: 0.171}
+    d = paired_difference(a, noisy)
+    assert d.low < 0 < d.high and verdict(d) == NO_DIFFERENCE
+    assert paired_difference(a, {9: 0.1}).n == 0  # no common repeat
+    assert Interval(0.1, 0.05, 0.15, 3).text(2) == "0.10 [0.05, 0.15]"
