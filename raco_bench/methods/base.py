@@ -137,6 +137,7 @@ class Method(ABC):
     pyfunc_model: ClassVar[bool] = True  # False: its parameters are not a plain model, so no MLflow pyfunc model is logged
     engine: ClassVar[type | None] = None  # its batched engine (the protocol of raco_bench.packs.engine), if it has one
     published_as: ClassVar[tuple[str, str] | None] = None  # (method, privacy notion) of the published points it reproduces (results/references.csv)
+    compared_with: ClassVar[tuple[str, ...]] = ()  # methods a study's page compares it with, repeat by repeat (paired differences, verdicts)
 
     def hyperparameters(self, overrides: dict[str, Any] | None = None) -> Any:
         """The method's hyperparameters with ``overrides`` (strings are parsed by field type), validated."""

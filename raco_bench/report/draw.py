@@ -51,6 +51,7 @@ class Drawn:
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     satisfaction: pd.DataFrame = field(default_factory=pd.DataFrame)
     spending: pd.DataFrame = field(default_factory=pd.DataFrame)
+    selections: list[dict] = field(default_factory=list)
 
 
 def labelled(study: Study) -> tuple[pd.DataFrame, list[dict]]:
@@ -88,7 +89,7 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
     """Every figure and table of the module docstring for ``study``, written into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     rows, selections = labelled(study)
-    drawn = Drawn(rows=rows)
+    drawn = Drawn(rows=rows, selections=selections)
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     note = title_note(study, rows)
     agg = aggregate(rows)

@@ -104,6 +104,36 @@ def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
     return head + [text, "", table.to_markdown(index=False), ""]
 
 
+REPEATS_TEXT = (
+    "Cells run in several repeats of the whole protocol (each repeat searches afresh, selects on its own resampled "
+    "train/validation split under a fresh key, then trains its winner's phase-2 seeds; the test split is the same in every "
+    "repeat). A cell's value is the mean over its repeats of the selected model's mean over its phase-2 runs, with the 95 % "
+    "t interval over the repeats; the share of runs meeting γ has Wilson's interval widened by the repeats' design effect "
+    "(docs/results.md, \"Repeats and intervals\"). A repeat without a model found no configuration that met γ on validation.")
+PAIRED_TEXT = (
+    "Each method against those its plugin compares it with, repeat by repeat (the same train/validation and test rows): the "
+    "mean difference with its 95 % t interval over the repeats both have. A verdict is read from the interval alone: "
+    "\"better\" or \"worse\" where it excludes 0, else \"no detectable difference at this size\" (a lower error is better; "
+    "a larger share meeting γ is better).")
+
+
+def _repeat_lines(page: Path, study: Study, drawn: Drawn) -> list[str]:
+    """The repeats section (``repeats.csv``, ``paired.csv``) where some cell ran in more than one repeat."""
+    from raco_bench.report.repeats import has_repeats, paired_cells, paired_markdown, repeat_cells, repeats_markdown
+
+    if drawn.satisfaction.empty or not has_repeats(study.repeat_of, drawn.selections):
+        return []
+    cells = repeat_cells(drawn.rows, drawn.selections, drawn.satisfaction, study.repeat_of)
+    paired = paired_cells(drawn.satisfaction, study.repeat_of)
+    cells.to_csv(page / "repeats.csv", index=False)
+    paired.to_csv(page / "paired.csv", index=False)
+    drawn.files += [page / "repeats.csv", page / "paired.csv"]
+    lines = ["## Repeats: the mean over repeats with its 95 % interval (repeats.csv)", "", REPEATS_TEXT, "", repeats_markdown(cells), ""]
+    if not paired.empty:
+        lines += ["## Paired comparisons and verdicts (paired.csv)", "", PAIRED_TEXT, "", paired_markdown(paired), ""]
+    return lines
+
+
 def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFrame | None, floor: pd.DataFrame | None) -> Path:
     """The page's README.md from its study, what :func:`~raco_bench.report.draw.draw` made of it and its noise floor."""
     rows = drawn.rows
@@ -121,6 +151,7 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
     for path in drawn.files:
         if path.suffix == ".png":
             lines += [f"## {path.stem}", "", f"![{path.stem}]({path.name}) ([PDF]({path.stem}.pdf))", ""]
+    lines += _repeat_lines(page, study, drawn)
     if not drawn.satisfaction.empty:
         several = len(study.parts) > 1  # then each row says its part (config ids are per part)
         sat = drawn.satisfaction.drop(columns=["steps", "epsilon_spent", "max_steps", "capped"] + ([] if several else ["sweep_id"])).round(4)

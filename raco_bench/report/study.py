@@ -56,6 +56,11 @@ class Part:
 
         return int(float(self.params.get("sweep.max_steps", RunConfig().max_steps)))
 
+    @property
+    def repeat(self) -> int:
+        """Which repeat of the protocol the sweep ran (``sweep.repeat``; 0 for a sweep from before repeats existed)."""
+        return int(float(self.params.get("sweep.repeat", 0)))
+
 
 def _plain(value):
     """A JSON-safe scalar: NaN and None become None, numpy scalars Python ones, floats 6 significant digits."""
@@ -160,6 +165,11 @@ class Study:
         """Every part's rows, with the part's cap on T in ``max_steps``."""
         frames = [normalise(p.rows).assign(max_steps=p.max_steps) for p in self.parts]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=KEPT + ["max_steps"])
+
+    @property
+    def repeat_of(self) -> dict[str, int]:
+        """sweep id -> the repeat its part ran (:mod:`raco_bench.report.repeats`)."""
+        return {p.sweep_id: p.repeat for p in self.parts}
 
     @property
     def selections(self) -> list[dict]:

@@ -315,6 +315,7 @@ class RacoDP(LagrangianSGDA):
     constrained = True
     style = ("#4477AA", "o")  # Tol bright blue (docs/results.md, "Figures")
     doc = "docs/methods/raco-dp.md"
+    compared_with = ("dp-fermi", "dp-fermi-a-only", "sgda")  # the papers' claims: against DP-FERMI (both notions) and non-private SGDA
 
 
 class SGDA(LagrangianSGDA):

@@ -1,0 +1,158 @@
+"""A study's repeats on its page: each cell's mean over repeats with its interval, and the paired comparisons.
+
+A part's repeat is its sweep's ``sweep.repeat`` (0 for a sweep from before repeats, the protocol's split and search):
+parts with the same (method, ε, γ) and different repeats are independent runs of the whole protocol
+(:mod:`raco_bench.report.intervals`). From the selected configurations on test (:mod:`raco_bench.report.satisfaction`,
+one row per part's selection) this module makes:
+
+* ``repeats.csv``: per series, ε and γ, the repeats run and those that selected a model, the mean test error and test
+  constraint value over repeats with their 95 % t intervals, the share of phase-2 runs meeting γ with its interval,
+  and what each repeat searched for the cell (a γ-free method searches once per ε and is selected for every γ);
+* ``paired.csv``: for every method that names others in ``compared_with`` (its plugin), the difference in test error and
+  in the share meeting γ against each of them, repeat by repeat, with the interval and the verdict read from it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from raco_bench.methods import REGISTRY, get_method
+from raco_bench.report.intervals import Interval, paired_difference, share_interval, t_interval, verdict
+from raco_bench.report.series import base_method
+
+REPEAT_COLUMNS = ["method", "epsilon", "gamma", "repeats", "repeats_with_model", "test_error", "test_error_low", "test_error_high",
+                  "test_max_constraint", "test_max_constraint_low", "test_max_constraint_high", "share_meeting", "share_meeting_low",
+                  "share_meeting_high", "runs", "search_per_cell"]
+PAIRED_COLUMNS = ["method", "against", "epsilon", "gamma", "repeats_paired", "test_error_difference", "test_error_difference_low",
+                  "test_error_difference_high", "error_verdict", "share_meeting_difference", "share_meeting_difference_low",
+                  "share_meeting_difference_high", "share_verdict"]
+
+
+def _eps(value) -> float:
+    return math.inf if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _key(method: str, epsilon, gamma) -> tuple[str, float, float]:
+    return str(method), _eps(epsilon), round(float(gamma), 6)
+
+
+def has_repeats(repeat_of: dict[str, int], selections: list[dict]) -> bool:
+    """Whether some cell of the study was run in more than one repeat (then the page has its repeats section)."""
+    seen: dict[tuple, set[int]] = {}
+    for s in selections:
+        seen.setdefault(_key(s["method"], s["epsilon"], s["gamma"]), set()).add(repeat_of.get(s.get("sweep_id", ""), 0))
+    return any(len(r) > 1 for r in seen.values())
+
+
+def _search_note(rows: pd.DataFrame, method: str, epsilon: float) -> str:
+    """What one repeat searched for a cell of ``method`` at ``epsilon``: configurations × seeds, and whether they serve
+    every γ (a γ-free method) or this γ alone."""
+    phase1 = rows[(rows["phase"] == 1) & (rows["method"] == method) & (rows["epsilon"].astype(float).fillna(math.inf) == epsilon)]
+    if phase1.empty:
+        return ""
+    per_part = phase1.groupby("sweep_id")
+    configs = int(per_part["config_id"].nunique().median())
+    free = phase1["gamma"].isna().all()
+    if free:
+        seeds = int(round(per_part.size().median() / max(configs, 1)))
+        return f"{configs} configurations × {seeds} seeds, trained once and selected for every γ"
+    gammas = max(phase1.groupby("sweep_id")["gamma"].nunique().median(), 1)
+    seeds = int(round(per_part.size().median() / max(configs * gammas, 1)))
+    return f"{configs} configurations × {seeds} seeds for this γ"
+
+
+def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
+    """``repeats.csv`` (the module docstring) from the labelled rows, the selections and the satisfaction rows."""
+    ran: dict[tuple, set[int]] = {}
+    for s in selections:
+        ran.setdefault(_key(s["method"], s["epsilon"], s["gamma"]), set()).add(repeat_of.get(s.get("sweep_id", ""), 0))
+    sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)))
+    out = []
+    for key, repeats in sorted(ran.items()):
+        method, epsilon, gamma = key
+        mine = sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
+        error = t_interval(mine["test_error"].tolist())
+        constraint = t_interval(mine["test_max_constraint"].tolist())
+        met = [int(round(s * n)) for s, n in zip(mine["share_meeting"], mine["n_runs"])]
+        share = share_interval(met, mine["n_runs"].astype(int).tolist())
+        out.append({"method": method, "epsilon": epsilon, "gamma": gamma, "repeats": len(repeats), "repeats_with_model": mine["repeat"].nunique(),
+                    "test_error": error.estimate, "test_error_low": error.low, "test_error_high": error.high,
+                    "test_max_constraint": constraint.estimate, "test_max_constraint_low": constraint.low, "test_max_constraint_high": constraint.high,
+                    "share_meeting": share.estimate, "share_meeting_low": share.low, "share_meeting_high": share.high,
+                    "runs": int(mine["n_runs"].sum()), "search_per_cell": _search_note(rows, method, epsilon)})
+    return pd.DataFrame(out, columns=REPEAT_COLUMNS)
+
+
+def _per_repeat(sat: pd.DataFrame, method: str, epsilon: float, gamma: float, column: str) -> dict[int, float]:
+    mine = sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
+    return {int(r): float(v) for r, v in zip(mine["repeat"], mine[column])}
+
+
+def _pipeline(series: str) -> str:
+    return str(series)[len(base_method(series)):]
+
+
+def comparisons(methods: set[str]) -> list[tuple[str, str]]:
+    """(A, B) for every series A whose method names B's method in ``compared_with``, both under the same pipeline."""
+    pairs = []
+    for a in sorted(methods):
+        name = base_method(a)
+        if name not in REGISTRY:
+            continue
+        for other in get_method(name).compared_with:
+            b = other + _pipeline(a)
+            if b in methods:
+                pairs.append((a, b))
+    return pairs
+
+
+def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
+    """``paired.csv`` (the module docstring): A − B per repeat at each ε and γ of A; B at the same ε, or at ε = ∞ for a
+    non-private B."""
+    sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)), epsilon=sat["epsilon"].astype(float))
+    share = sat.assign(share=sat["share_meeting"])
+    out = []
+    for a, b in comparisons(set(sat["method"])):
+        b_eps = set(sat.loc[sat["method"] == b, "epsilon"])
+        for (epsilon, gamma), _ in sat[sat["method"] == a].groupby(["epsilon", "gamma"]):
+            other_eps = epsilon if epsilon in b_eps else (math.inf if math.inf in b_eps else None)
+            if other_eps is None:
+                continue
+            error = paired_difference(_per_repeat(sat, a, epsilon, gamma, "test_error"), _per_repeat(sat, b, other_eps, gamma, "test_error"))
+            met = paired_difference(_per_repeat(share, a, epsilon, gamma, "share"), _per_repeat(share, b, other_eps, gamma, "share"))
+            out.append({"method": a, "against": b if other_eps == epsilon else f"{b} (non-private)", "epsilon": epsilon, "gamma": gamma,
+                        "repeats_paired": error.n, "test_error_difference": error.estimate, "test_error_difference_low": error.low,
+                        "test_error_difference_high": error.high, "error_verdict": verdict(error, lower_is_better=True),
+                        "share_meeting_difference": met.estimate, "share_meeting_difference_low": met.low,
+                        "share_meeting_difference_high": met.high, "share_verdict": verdict(met, lower_is_better=False)})
+    return pd.DataFrame(out, columns=PAIRED_COLUMNS)
+
+
+def _interval_text(row, column: str, digits: int = 4) -> str:
+    return Interval(row[column], row[f"{column}_low"], row[f"{column}_high"], 0).text(digits)
+
+
+def repeats_markdown(cells: pd.DataFrame) -> str:
+    table = pd.DataFrame({
+        "method": cells["method"], "ε": cells["epsilon"].map(lambda e: "∞" if e == math.inf else f"{e:g}"), "γ": cells["gamma"].map("{:g}".format),
+        "repeats (with a model)": [f"{r} ({m})" for r, m in zip(cells["repeats"], cells["repeats_with_model"])],
+        "test error [95 % CI]": [_interval_text(r, "test_error") for _, r in cells.iterrows()],
+        "test constraint value [95 % CI]": [_interval_text(r, "test_max_constraint") for _, r in cells.iterrows()],
+        "share of runs meeting γ [95 % CI]": [_interval_text(r, "share_meeting", 3) for _, r in cells.iterrows()],
+        "runs": cells["runs"], "searched per repeat": cells["search_per_cell"],
+    })
+    return table.to_markdown(index=False)
+
+
+def paired_markdown(paired: pd.DataFrame) -> str:
+    table = pd.DataFrame({
+        "method": paired["method"], "against": paired["against"], "ε": paired["epsilon"].map(lambda e: "∞" if e == math.inf else f"{e:g}"),
+        "γ": paired["gamma"].map("{:g}".format), "repeats": paired["repeats_paired"],
+        "test error difference [95 % CI]": [_interval_text(r, "test_error_difference") for _, r in paired.iterrows()],
+        "verdict (error)": paired["error_verdict"],
+        "share meeting γ difference [95 % CI]": [_interval_text(r, "share_meeting_difference", 3) for _, r in paired.iterrows()],
+        "verdict (share meeting γ)": paired["share_verdict"],
+    })
+    return table.to_markdown(index=False)
