@@ -1,4 +1,5 @@
-"""`raco-bench results DIR`: rebuild every results page under ``DIR`` from its study data, then the comparison.
+"""`raco-bench results DIR`: rebuild every results page under ``DIR`` from its study data, then the comparison, then
+the generated blocks of ``DIR/README.md`` and of the README beside ``DIR`` (:mod:`raco_bench.report.overview`).
 
 A page with ``parts/`` (:mod:`raco_bench.report.study`) is rebuilt from those files alone (no MLflow store, so it
 works in a fresh clone); a page without (written before pages carried their data) is kept as it is, and the
@@ -15,6 +16,7 @@ import pandas as pd
 
 from raco_bench.report.comparison import write_comparison
 from raco_bench.report.noise_floor import measured_noise_floor
+from raco_bench.report.overview import write_overview
 from raco_bench.report.published_match import write_published_match
 from raco_bench.report.results_page import build_page
 from raco_bench.report.study import has_parts
@@ -48,6 +50,7 @@ def rebuild_results(root: Path, references: Path | None = None) -> Rebuilt:
     done.files += write_comparison(root)
     if references is not None:
         done.files += write_published_match(root, references)
+    done.files += write_overview(root, root.parent / "README.md")  # the generated blocks of the index and the project README
     return done
 
 
