@@ -118,3 +118,19 @@ ENGINE_NOISE_BUGS: dict[str, PlantedTogether] = {
         ("raco-dp", "raco-dp (torch form)")),
 }
 
+
+# The store's epsilon (tests/test_store_privacy.py): each must turn one of its checks red.
+STORE_BUGS: dict[str, PlantedBug] = {
+    "runs that drew the same batches composed as independent releases": PlantedBug(
+        "raco_bench.privacy.store",
+        (("key = (r.batches, p.sampling_rate) if (shared and r.batches is not None) else (\"own\", i, j)", "key = (\"own\", i, j)"),),
+        "issue 45's K = 10 DP-SGD runs on one seed's batches print 3.58 where they spend 4.49"),
+    "a group's step keeps only its first run's Laplace histogram": PlantedBug(
+        "raco_bench.privacy.store",
+        (("sum(p.laplace for p in active))", "active[0].laplace)"),),
+        "RaCO-DP runs sharing batches: every histogram but one left out of the store's epsilon"),
+    "a group's steps end with its shortest run": PlantedBug(
+        "raco_bench.privacy.store",
+        (("for T in sorted({p.steps for p in parts}):", "for T in sorted({p.steps for p in parts})[:1]:"),),
+        "the longer runs' later steps left out of the store's epsilon"),
+}
