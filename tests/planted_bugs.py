@@ -134,3 +134,16 @@ STORE_BUGS: dict[str, PlantedBug] = {
         (("for T in sorted({p.steps for p in parts}):", "for T in sorted({p.steps for p in parts})[:1]:"),),
         "the longer runs' later steps left out of the store's epsilon"),
 }
+
+
+# Deleting a run (tests/test_run_deletion.py): each must turn every check red.
+DELETION_BUGS: dict[str, PlantedBug] = {
+    "a deleted run only marked deleted (MLflow's soft delete)": PlantedBug(
+        "raco_bench.tracking",
+        (("    get_artifact_repository(run.info.artifact_uri).delete_artifacts()\n", "    return retry(lambda: c.delete_run(run_id))\n"),),
+        "issue 45: a resume without the key file left the earlier attempt's curves readable"),
+    "a deleted run's metrics, params and tags kept": PlantedBug(
+        "raco_bench.tracking",
+        (("    retry(lambda: store._hard_delete_run(run_id))\n", ""),),
+        "the attempt's curves stay in the store, its artifacts gone"),
+}

@@ -126,7 +126,7 @@ def test_a_store_with_a_run_without_a_record_level_claim_has_no_record_level_eps
 
     s = store_epsilon([StoreRelease(dp_sgd_event(4.0, 100), "seed 0", "dp-sgd"), StoreRelease(None, None, "sgd", "a non-private method")],
                       DELTA)
-    assert s.epsilon == math.inf and "sgd: a non-private method" in s.describe() and "no record-level guarantee" in s.describe()
+    assert s.epsilon == math.inf and "(1 sgd: a non-private method" in s.describe() and "no record-level guarantee" in s.describe()
 
 
 @pytest.mark.parametrize("name", list(STORE_BUGS))
@@ -155,10 +155,11 @@ def test_a_sweep_states_its_store_epsilon_on_its_summary_parent_and_report(adult
     exp = c.get_experiment_by_name("adult-demographic-parity-smoke").experiment_id
     parent = c.search_runs([exp], f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2'")[0]
     tag = parent.data.tags[STORE_TAG]
-    assert tag.startswith("The store's epsilon on adult: store epsilon = inf") and "sgd" in tag and "pf-ld" in tag
+    assert tag.startswith("The store's epsilon on adult: store epsilon = inf") and all(f" {m}" in tag for m in ("sgd", "sgda", "pf-ld"))
     assert parent.data.metrics["store_epsilon"] == -1.0
     record = json.loads(Path(tracking.read_artifact(uri, parent.info.run_id, STORE_ARTIFACT)).read_text())
     assert record["adult"]["epsilon"] == math.inf and record["adult"]["runs"] > 0
+    assert {label.split(" ", 1)[0] for label in record["adult"]["not_record_level"]} == {"sgd", "sgda", "pf-ld"}
     assert tag in (adult_store.parent / "adult_store.log").read_text()  # the console summary
     sweep = parent.data.tags[tracking.SWEEP_ID]
     assert store_line(uri, "adult-demographic-parity-smoke", sweep).startswith(tag)

@@ -36,7 +36,7 @@ reader of the whole store no record-level guarantee: its ε is ∞, with the rea
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -86,7 +86,11 @@ class StoreEpsilon:
     def describe(self) -> str:
         """One line for a summary, a run's description or a report."""
         if self.not_record_level:
-            shown = ", ".join(self.not_record_level[:3]) + (", ..." if len(self.not_record_level) > 3 else "")
+            kinds = Counter(label.split(":", 1)[0].split(" ", 1)[0] for label in self.not_record_level)  # labels start with the method
+            why = {}
+            for label in self.not_record_level:
+                why.setdefault(label.split(":", 1)[0].split(" ", 1)[0], label.split(": ", 1)[-1])
+            shown = "; ".join(f"{n} {kind}: {why[kind][:100]}" for kind, n in kinds.items())
             return (f"store epsilon = inf at delta {self.delta:g}: {len(self.not_record_level)} of {self.runs} runs have no record-level "
                     f"claim ({shown}); a reader of the whole store gets no record-level guarantee")
         shared = (f"; {self.shared_groups} groups of runs drew the same batches (up to {self.largest_group} runs), each composed as one "
