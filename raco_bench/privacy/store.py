@@ -61,12 +61,14 @@ class BatchedPart:
 @dataclass(frozen=True)
 class StoreRelease:
     """One run a store holds: its event (None: it has no record-level claim, ``reason`` says why), the key of the batches
-    it draws (runs with the same key and rate draw the same batches; None: its own) and a label for messages."""
+    it draws (runs with the same key and rate draw the same batches; None: its own), a label for messages (starting with
+    its method) and the ε it printed (None: computed from its event)."""
 
     event: ev.DpEvent | None
     batches: Hashable | None
     label: str = ""
     reason: str = ""
+    epsilon: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,14 @@ class StoreEpsilon:
     shared_groups: int  # groups of at least two runs that drew the same batches
     largest_group: int
     not_record_level: tuple[str, ...] = field(default=())  # runs without a record-level claim (then ε = ∞)
+    outside_budget: tuple[str, ...] = field(default=())  # what runs list outside their budget (not covered here either)
 
     def describe(self) -> str:
         """One line for a summary, a run's description or a report."""
+        outside = (f"; OUTSIDE THE BUDGET, as the runs list it: {'; '.join(self.outside_budget)}" if self.outside_budget else "")
+        return self._figure() + outside
+
+    def _figure(self) -> str:
         if self.not_record_level:
             kinds = Counter(label.split(":", 1)[0].split(" ", 1)[0] for label in self.not_record_level)  # labels start with the method
             why = {}
@@ -175,7 +182,7 @@ def store_epsilon(releases: Iterable[StoreRelease], delta: float) -> StoreEpsilo
         return StoreEpsilon(math.inf if releases else 0.0, math.inf if releases else 0.0, math.inf if missing else 0.0, delta,
                             len(releases), 0, 0, missing)
     groups = _groups(releases)
-    largest = max(events.epsilon(r.event, delta) for r in releases)
+    largest = max(r.epsilon if r.epsilon is not None else events.epsilon(r.event, delta) for r in releases)
     shared = events.epsilon(store_event(releases), delta)
     independent = events.epsilon(store_event(releases, shared=False), delta) if groups else shared
     return StoreEpsilon(shared, independent, largest, delta, len(releases), len(groups), max(groups, default=1))

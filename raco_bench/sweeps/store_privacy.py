@@ -55,7 +55,7 @@ def release_of(row: dict) -> StoreRelease:
         return StoreRelease(None, None, label, str(exc))
     batches = batch_stream_id(RunConfig(dataset=row["dataset"], seed=int(row["seed"]), batch_draws=str(row["batch_draws"] or "own")),
                               dataclasses.asdict(hyper))
-    return StoreRelease(event, batches, label)
+    return StoreRelease(event, batches, label, epsilon=_number(row.get("epsilon_spent")))
 
 
 def sweep_store_epsilon(table: pd.DataFrame) -> dict[str, StoreEpsilon]:
@@ -64,7 +64,9 @@ def sweep_store_epsilon(table: pd.DataFrame) -> dict[str, StoreEpsilon]:
     out = {}
     for dataset, rows in trained.groupby("dataset", sort=True):
         records = rows.to_dict("records")
-        out[str(dataset)] = store_epsilon([release_of(r) for r in records], float(rows["delta"].max()))
+        figure = store_epsilon([release_of(r) for r in records], float(rows["delta"].max()))
+        listed = sorted({item for r in records for item in str(r.get("outside_budget", "")).split(" | ") if item not in ("", "none", "nan")})
+        out[str(dataset)] = dataclasses.replace(figure, outside_budget=tuple(listed))
     return out
 
 
