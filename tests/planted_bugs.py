@@ -19,6 +19,17 @@ class PlantedBug:
     module: str  # import path of the module the bug is planted in
     edits: tuple[tuple[str, str], ...]
     effect: str
+    # names bound to the module's functions that are pointed at the mutant's ("package.module.name" or
+    # "package.module:Class.name"), for bugs planted in the running code rather than passed to a check as a module
+    replaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlantedTogether:
+    """Bugs planted at once, and the checks (here: tests/test_engine_noise.py's engine labels) that must go red."""
+
+    bugs: tuple[PlantedBug, ...]
+    red: tuple[str, ...]
 
 
 SETTINGS_BUGS: dict[str, PlantedBug] = {
@@ -34,10 +45,105 @@ SETTINGS_BUGS: dict[str, PlantedBug] = {
         "the printed epsilon 0.998 of a default Adult run is really 1.0242"),
     "DP-FERMI group counts released at 0.96 of the accounted noise": PlantedBug(
         "baselines.dp_fermi.plugin",
-        (("counts = counts + h.count_noise * stream.normal(", "counts = counts + 0.96 * h.count_noise * stream.normal("),),
+        (("counts = counts + plan.count_noise * stream.normal(", "counts = counts + 0.96 * plan.count_noise * stream.normal("),),
         "the count release spends more than the accountant composed"),
+    "DP-FERMI batches drawn at 1.03 q (issue 45)": PlantedBug(
+        "baselines.dp_fermi.plugin",
+        (("idx = stream.batch(t, ctx.n_train, plan.q)", "idx = stream.batch(t, ctx.n_train, min(1.0, 1.03 * plan.q))"),),
+        "the printed epsilon 0.9998 of a default Adult run is really 1.0326 (issue 45's re-audit)"),
+    "DP-FERMI's W block noised at 0.96 sigma C_W": PlantedBug(
+        "baselines.dp_fermi.plugin",
+        (("gw = gw + plan.sigma * h.clip_w * z[offset:]", "gw = gw + 0.96 * plan.sigma * h.clip_w * z[offset:]"),),
+        "the W release spends more than the accountant composed"),
+    "PF-LD batches drawn at 1.03 q": PlantedBug(
+        "baselines.pf_ld.plugin",
+        (("idx = state.stream.batch(t, ctx.n_train, plan.q)", "idx = state.stream.batch(t, ctx.n_train, min(1.0, 1.03 * plan.q))"),),
+        "more steps sample the record than the Binomial(T, q) mixture accounts for"),
+    "PF-LD dual releases noised at 0.96 sigma_d": PlantedBug(
+        "baselines.pf_ld.plugin",
+        (("std = plan.sigma_dual * dual_sensitivity(", "std = 0.96 * plan.sigma_dual * dual_sensitivity("),),
+        "the dual releases spend more than the accountant composed"),
+    "DP post-processing's base steps noised at 0.96 sigma C": PlantedBug(
+        "baselines.dp_postprocess.plugin",
+        (("noise_std=mech.noise_multiplier * h.clip_norm if full else 0.0", "noise_std=0.96 * mech.noise_multiplier * h.clip_norm if full else 0.0"),),
+        "the base model spends more than the accountant composed"),
+    "DP post-processing's histogram at 0.97 of its accounted Laplace scale": PlantedBug(
+        "baselines.dp_postprocess.plugin",
+        (("pred.cpu(), ds.n_groups), plan.laplace_scale,", "pred.cpu(), ds.n_groups), 0.97 * plan.laplace_scale,"),),
+        "the histogram spends 1/0.97 of its share of epsilon"),
+    "budget tailoring's stage-2 gradient noise at 0.97": PlantedBug(
+        "baselines.budget_tailoring.plugin",
+        (("group_noise_std(weights, plan.budget.stage2, T, h.grad_clip),", "0.97 * group_noise_std(weights, plan.budget.stage2, T, h.grad_clip),"),),
+        "stage 2 spends 6 % more rho than the budget's split"),
+    "budget tailoring's group counts at 0.96 of the accounted noise": PlantedBug(
+        "baselines.budget_tailoring.plugin",
+        (("n_hat = (counts + h.count_noise * stream.normal(", "n_hat = (counts + 0.96 * h.count_noise * stream.normal("),),
+        "the count release spends 8.5 % more rho than accounted"),
     "RaCO-DP batches drawn at 1.05 q": PlantedBug(
         "raco_bench.methods.lagrangian.plugin",
         (("                sampling_rate=q,\n", "                sampling_rate=min(1.0, 1.05 * q),\n"),),
         "larger batches than the accountant's sampling rate"),
+}
+
+
+# The batched engines' noise (tests/test_engine_noise.py), each bug planted in the engines and in the single-run steps at once,
+# so that a pack still equals its runs alone: only the direct measurement of the engines' noise can see it (issue 45).
+ENGINE_NOISE_BUGS: dict[str, PlantedTogether] = {
+    "every Gaussian noise at 0.97 sigma C, in the engines and the single-run steps": PlantedTogether(
+        (PlantedBug("raco_bench.privacy.clip_noise", (("        out.append(block + std.view(", "        out.append(block + 0.97 * std.view("),),
+                    "the engines' add_gaussian at 0.97", ("raco_bench.privacy.clip_noise.add_gaussian",)),
+         PlantedBug("raco_bench.methods.lagrangian.step",
+                    (("gsum = torch.add(gsum, z[offset : offset + p.numel()].view_as(p), alpha=s.noise_std)",
+                      "gsum = torch.add(gsum, z[offset : offset + p.numel()].view_as(p), alpha=0.97 * s.noise_std)"),),
+                    "the single-run Lagrangian step's Gaussian at 0.97",
+                    ("raco_bench.methods.lagrangian.plugin.sgda_step", "baselines.dp_postprocess.plugin.sgda_step")),
+         PlantedBug("baselines.dp_fermi.plugin",
+                    (("gsum = gsum + plan.sigma * h.clip_theta * z[", "gsum = gsum + 0.97 * plan.sigma * h.clip_theta * z["),
+                     ("gw = gw + plan.sigma * h.clip_w * z[offset:]", "gw = gw + 0.97 * plan.sigma * h.clip_w * z[offset:]")),
+                    "DP-FERMI's single-run step's Gaussian at 0.97", ("baselines.dp_fermi.plugin:DPFermi.step",))),
+        ("raco-dp", "raco-dp (torch form)", "dp-sgd", "dp-fermi", "dp-postprocess", "toy-dp-sgd")),
+    "the Laplace histogram noise at 0.97 s_L, in the engine (compiled and torch forms) and the single-run step": PlantedTogether(
+        (PlantedBug("raco_bench.methods.lagrangian.fused",
+                    (("laplace if laplace is not None else np.zeros((1, 2 * n_parts)), scale, index,",
+                      "laplace if laplace is not None else np.zeros((1, 2 * n_parts)), (0.97 * scale).astype(scale.dtype), index,"),),
+                    "the compiled histogram's Laplace at 0.97", ("raco_bench.methods.lagrangian.fused.noisy_histogram",)),
+         PlantedBug("raco_bench.methods.lagrangian.engine",
+                    (("H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx]",
+                      "H = H + 0.97 * s.laplace_scale[idx, None, None] * noise.laplace[idx]"),),
+                    "the torch histogram's Laplace at 0.97", ("raco_bench.methods.lagrangian.engine._release",)),
+         PlantedBug("raco_bench.methods.lagrangian.step",
+                    (("H = H + s.laplace_scale * draws.laplace", "H = H + 0.97 * s.laplace_scale * draws.laplace"),
+                     ("H = H + s.laplace_scale * stream.laplace(", "H = H + 0.97 * s.laplace_scale * stream.laplace(")),
+                    "the single-run step's Laplace at 0.97", ("raco_bench.methods.lagrangian.plugin.sgda_step",))),
+        ("raco-dp", "raco-dp (torch form)")),
+}
+
+
+# The store's epsilon (tests/test_store_privacy.py): each must turn one of its checks red.
+STORE_BUGS: dict[str, PlantedBug] = {
+    "runs that drew the same batches composed as independent releases": PlantedBug(
+        "raco_bench.privacy.store",
+        (("key = (r.batches, p.sampling_rate) if (shared and r.batches is not None) else (\"own\", i, j)", "key = (\"own\", i, j)"),),
+        "issue 45's K = 10 DP-SGD runs on one seed's batches print 3.58 where they spend 4.49"),
+    "a group's step keeps only its first run's Laplace histogram": PlantedBug(
+        "raco_bench.privacy.store",
+        (("sum(p.laplace for p in active))", "active[0].laplace)"),),
+        "RaCO-DP runs sharing batches: every histogram but one left out of the store's epsilon"),
+    "a group's steps end with its shortest run": PlantedBug(
+        "raco_bench.privacy.store",
+        (("for T in sorted({p.steps for p in parts}):", "for T in sorted({p.steps for p in parts})[:1]:"),),
+        "the longer runs' later steps left out of the store's epsilon"),
+}
+
+
+# Deleting a run (tests/test_run_deletion.py): each must turn every check red.
+DELETION_BUGS: dict[str, PlantedBug] = {
+    "a deleted run only marked deleted (MLflow's soft delete)": PlantedBug(
+        "raco_bench.tracking",
+        (("    get_artifact_repository(run.info.artifact_uri).delete_artifacts()\n", "    return retry(lambda: c.delete_run(run_id))\n"),),
+        "issue 45: a resume without the key file left the earlier attempt's curves readable"),
+    "a deleted run's metrics, params and tags kept": PlantedBug(
+        "raco_bench.tracking",
+        (("    retry(lambda: store._hard_delete_run(run_id))\n", ""),),
+        "the attempt's curves stay in the store, its artifacts gone"),
 }

@@ -51,7 +51,7 @@ def test_repeat_zero_is_the_protocol_as_before_and_a_later_repeat_searches_and_s
     assert stream_id(zero, {}) == _signed_hash({**before, "hyperparameters": {}})  # split 0 hashes as before the field existed
     assert stream_id(cfg, {}) != stream_id(RunConfig(**{**cfg.__dict__, "validation_split": 0}), {})
     shared = dict(batch_draws="shared")
-    assert batch_stream_id(RunConfig(**shared, validation_split=1)) != batch_stream_id(RunConfig(**shared))
+    assert batch_stream_id(RunConfig(**shared, validation_split=1), {}) != batch_stream_id(RunConfig(**shared), {})
     with pytest.raises(ValueError, match="repeat"):
         SweepSpec(dataset="adult", repeat=-1)
 

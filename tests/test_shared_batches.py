@@ -98,7 +98,8 @@ def test_dp_fermi_draws_shared_batches_alone_and_in_a_pack(adult):
     specs = [("dp-fermi", {"batch_size": b, "lr": lr, "noise_multiplier": 2.0}, 0.05, 8, seed)
              for lr, b, seed in ((0.1, 512, 7), (0.2, 512, 8), (0.3, 512, 7), (0.4, 640, 7), (0.5, 512, 8), (0.6, 512, 7))]
     runs = _runs(adult, specs)
-    assert runs[0].ctx.batch_seed == runs[2].ctx.batch_seed == runs[3].ctx.batch_seed == runs[5].ctx.batch_seed != runs[1].ctx.batch_seed
+    assert runs[0].ctx.batch_seed == runs[2].ctx.batch_seed == runs[5].ctx.batch_seed != runs[1].ctx.batch_seed
+    assert runs[3].ctx.batch_seed not in (runs[0].ctx.batch_seed, runs[1].ctx.batch_seed)  # another batch size: its own stream
     assert runs[0].ctx.batch_seed != runs[0].ctx.stream_id
     settings = FermiEngine(runs).settings
     parts = shared_parts(distinct_batches(settings.batch_seeds, settings.sampling_rate)[1].tolist())
@@ -131,17 +132,19 @@ def test_a_dp_fermi_step_with_shared_batches_releases_what_each_configuration_re
             torch.testing.assert_close(getattr(together, name)[k], getattr(alone, name)[0], rtol=1e-5, atol=1e-4, msg=f"{name} of {k}")
 
 
-def test_the_batch_stream_is_shared_by_seed_and_nothing_else_and_own_by_default():
+def test_the_batch_stream_is_shared_by_seed_and_batch_size_and_nothing_else_and_own_by_default():
     base = RunConfig(seed=3, params={"batch_size": 512})
-    other = dataclasses.replace(base, params={"batch_size": 1024, "lr": 0.1}, gamma=0.1, epsilon=3.0)
+    other = dataclasses.replace(base, method="dp-fermi", params={"batch_size": 512, "lr": 0.1}, gamma=0.1, epsilon=3.0)
     own = [stream_id(c, c.params) for c in (base, other)]
     assert own[0] != own[1]
-    assert [batch_stream_id(c) for c in (base, other)] == [None, None]  # the default: each run its own batches (its stream)
+    assert [batch_stream_id(c, c.params) for c in (base, other)] == [None, None]  # the default: each run its own batches (its stream)
     shared = [dataclasses.replace(c, batch_draws="shared") for c in (base, other)]
-    ids = [batch_stream_id(c) for c in shared]
-    assert ids[0] == ids[1] and ids[0] not in own
-    assert batch_stream_id(dataclasses.replace(shared[0], seed=4)) != ids[0]
-    assert batch_stream_id(dataclasses.replace(shared[0], split_seed=1)) != ids[0]
+    ids = [batch_stream_id(c, c.params) for c in shared]
+    assert ids[0] == ids[1] and ids[0] not in own  # another method, ε, γ and learning rate: the same batches
+    assert batch_stream_id(dataclasses.replace(shared[0], seed=4), base.params) != ids[0]
+    assert batch_stream_id(dataclasses.replace(shared[0], split_seed=1), base.params) != ids[0]
+    # another expected batch size (another q): another stream, so that runs at two rates are independent (docs/privacy.md)
+    assert batch_stream_id(shared[0], {"batch_size": 1024}) != ids[0]
     assert stream_id(shared[0], base.params) == own[0]  # the noise streams stay the run's own
     with pytest.raises(ValueError, match="batch_draws"):
         dataclasses.replace(base, batch_draws="pooled").validate()

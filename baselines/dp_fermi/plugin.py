@@ -112,6 +112,7 @@ class FermiState:
     stream: Stream
     inv_sqrt_p: torch.Tensor | None = None  # (contexts, G): 1/√p̂(s | context) from the released counts
     released_counts: torch.Tensor | None = None  # the one release of the (context, group) counts (noisy in private modes)
+    batch: torch.Tensor | None = None  # the last step's Poisson sample (kept for tests and audits, never released)
 
 
 def cell_counts(ctx_ids: np.ndarray, s: np.ndarray, n_ctx: int, G: int) -> np.ndarray:
@@ -132,7 +133,10 @@ def conditional_rates(counts: np.ndarray | torch.Tensor):
 
 @dataclass(frozen=True)
 class FermiPlan:
-    """A DP-FERMI run, resolved: model, training tensors, per-sample contexts and the noise multiplier."""
+    """A DP-FERMI run, resolved: model, training tensors, per-sample contexts and the settings of its releases. In a
+    private mode ``q`` and ``count_noise`` are read from the :class:`~raco_bench.privacy.accounting.GaussianPlan` the
+    accountant composed, and ``sigma`` is the multiplier its ε was computed with: the step and the engine read them
+    here, so they cannot differ from what was accounted (tests/test_step_accountant.py)."""
 
     model: object
     data: TrainData
@@ -142,6 +146,7 @@ class FermiPlan:
     q: float
     counts: torch.Tensor  # exact (context, group) counts; released with noise in init_state
     sigma: float
+    count_noise: float = 0.0  # std of the count release (0: none, non-private)
 
 
 class DPFermi(Method):
@@ -213,10 +218,10 @@ class DPFermi(Method):
                                           "replaced); its events are stated under add/remove only with privacy=full")
         if hyper.noise_multiplier is None:
             raise ValueError("dp-fermi: the privacy event needs noise_multiplier; calibrate it first")
-        T = self.planned_steps(hyper, budget.steps, budget.max_steps)
-        step = PoissonSampledDpEvent(hyper.batch_size / n_train, GaussianDpEvent(hyper.noise_multiplier / math.sqrt(BLOCKS)))
-        counts = GaussianDpEvent(hyper.count_noise) if hyper.count_noise is not None else None
-        return events.compose(SelfComposedDpEvent(step, T), counts, events.selection_event(budget.selection))
+        plan = self.privacy_plan(hyper, n_train, self.planned_steps(hyper, budget.steps, budget.max_steps), budget.selection)
+        step = PoissonSampledDpEvent(plan.sampling_rate, GaussianDpEvent(hyper.noise_multiplier / math.sqrt(plan.blocks)))
+        counts = GaussianDpEvent(plan.count_noise) if plan.count_noise is not None else None
+        return events.compose(SelfComposedDpEvent(step, plan.steps), counts, events.selection_event(budget.selection))
 
     def calibrated(self, problem: NoiseProblem, value: float) -> dict:
         return {"steps": problem.plan.steps, "params": {"noise_multiplier": value}}
@@ -227,7 +232,7 @@ class DPFermi(Method):
         if reason:
             raise ValueError(reason)
         eo = FAIRNESS[run.constraint] == "eo"
-        q = check_batch(ctx, h.batch_size)
+        q = check_batch(ctx, h.batch_size)  # validated here; a private run reads it from the accounted plan below
         T = self.planned_steps(h, run.steps, run.max_steps)
         n, G, c = ctx.n_train, ds.n_groups, ds.n_classes
         ctx_ids = ds.train.y if eo else np.zeros(n, dtype=np.int64)
@@ -235,8 +240,9 @@ class DPFermi(Method):
         dev = ctx.device
         data = train_tensors(ctx, with_parts=False)
         plan = self.privacy_plan(h, n, T, run.selection)
-        sigma = 0.0
+        sigma, count_noise = 0.0, 0.0
         if plan is not None:
+            q, count_noise = plan.sampling_rate, plan.count_noise  # the step draws and noises what the accountant composed
             problem = self.calibration(h, n, ctx.budget)
             sigma = h.noise_multiplier if problem is None else ctx.cache.solve(problem)
             spent = plan_epsilon(plan, sigma, run.delta)
@@ -246,6 +252,7 @@ class DPFermi(Method):
             model=build_model(h.model, ds.n_features, c, h.hidden), data=data, s=torch.as_tensor(ds.train.group, device=dev),
             ctx_ids=torch.as_tensor(ctx_ids, device=dev), n_ctx=n_ctx, q=q,
             counts=torch.as_tensor(cell_counts(ctx_ids, ds.train.group, n_ctx, G), dtype=data.X.dtype, device=dev), sigma=sigma,
+            count_noise=count_noise,
         )
         ctx.steps = T
         if plan is None:
@@ -257,9 +264,9 @@ class DPFermi(Method):
         accounting = (f"dp-accounting PLD ({'REPLACE_ONE' if sa else 'ADD_OR_REMOVE_ONE'}): Gaussian count release "
                       f"(L2 sensitivity {plan.count_sensitivity:.4g}) + {T} x PoissonSampled(Gaussian(sigma/sqrt(2))) "
                       "(theta and W blocks from one batch, each clipped)") + (selection_note(run.selection) if run.selection else "")
-        details = {"sampling_rate": q, "privacy_mode": h.privacy, "noise_multiplier": sigma, "count_noise": h.count_noise,
-                   "neighbour_relation": plan.relation,
-                   "group_proportions": f"P̂_S from group counts + N(0, {h.count_noise}²), inside the budget"}
+        details = {"sampling_rate": plan.sampling_rate, "privacy_mode": h.privacy, "noise_multiplier": sigma, "count_noise": plan.count_noise,
+                   "count_sensitivity": plan.count_sensitivity, "neighbour_relation": plan.relation,
+                   "group_proportions": f"P̂_S from group counts + N(0, {plan.count_noise}²), inside the budget"}
         ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
 
     # ------------------------------------------------------------------ training
@@ -269,7 +276,7 @@ class DPFermi(Method):
         params = self.model(ctx).init(stream)
         counts = plan.counts
         if h.privacy != "none":
-            counts = counts + h.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype).view_as(counts)
+            counts = counts + plan.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype).view_as(counts)
         W = torch.zeros(plan.n_ctx, ds.n_groups, ds.n_classes, device=ctx.device)
         return FermiState(params, W, 0, stream, conditional_rates(counts).rsqrt(), counts)
 
@@ -304,7 +311,7 @@ class DPFermi(Method):
         if private:
             gw = gw + plan.sigma * h.clip_w * z[offset:].view_as(gw)
         W = project_frobenius(state.W + h.lr_w * h.fairness * gw / m, h.w_radius)
-        return FermiState(params, W, t, stream, state.inv_sqrt_p, state.released_counts)
+        return FermiState(params, W, t, stream, state.inv_sqrt_p, state.released_counts, idx)
 
     def audit_view(self, run, canary_row: int, engine=None):
         return fermi_view(run, canary_row, engine)

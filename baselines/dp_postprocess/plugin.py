@@ -227,12 +227,12 @@ class DPPostprocess(Method):
                                  "raise selection_noise or use checkpoint=last")
             scale, sensitivity, relation = 2.0 / (run.epsilon - selection_eps), 2.0, "replace"
         mech = self.base_mechanism(h, ctx.n_train)
-        spent = postprocess_epsilon(mech, T, scale, sensitivity, run.delta, selection, relation)
+        spent = postprocess_epsilon(mech, T, scale, sensitivity, run.delta, selection, relation)  # what the settings below read
         if spent > run.epsilon * (1 + 1e-6):
             raise ValueError(f"this configuration spends epsilon={spent:.4f} > the budget {run.epsilon}; lower steps or raise the noise")
-        settings = StepSettings(
-            sampling_rate=q, expected_batch=float(h.batch_size), clip_norm=h.clip_norm if full else None,
-            noise_std=h.noise_multiplier * h.clip_norm if full else 0.0, laplace_scale=None, temperature=1.0, lr=h.lr,
+        settings = StepSettings(  # the base steps draw and noise as the accounted mechanism says (q alone where it is not private)
+            sampling_rate=mech.sampling_rate if full else q, expected_batch=float(h.batch_size), clip_norm=h.clip_norm if full else None,
+            noise_std=mech.noise_multiplier * h.clip_norm if full else 0.0, laplace_scale=None, temperature=1.0, lr=h.lr,
             dual_lr=1.0, dual_update="soft", histogram_batch="shared", lambda_max=None, dual_momentum=0.0, clip_constraint_value=False,
         )
         parts = ctx.problem.partition.assign(np.repeat(np.arange(2), ds.n_groups), np.tile(np.arange(ds.n_groups), 2)).reshape(2, ds.n_groups)
@@ -249,10 +249,10 @@ class DPPostprocess(Method):
                       "the derived predictor USES THE GROUP AT PREDICTION")
             accounting = f"one Laplace({scale:.4g}) confusion histogram, L1 sensitivity 2 (one group changed): pure DP"
         accounting += selection_note(selection) if selection else ""
-        details = {"privacy_mode": h.privacy, "sampling_rate": q, "histogram_laplace_scale": scale, "neighbour_relation": relation,
-                   "needs_group_at_prediction": True}
+        details = {"privacy_mode": h.privacy, "sampling_rate": settings.sampling_rate, "histogram_laplace_scale": scale,
+                   "histogram_sensitivity": sensitivity, "neighbour_relation": relation, "needs_group_at_prediction": True}
         if full:
-            details["noise_multiplier"] = h.noise_multiplier
+            details["noise_multiplier"] = mech.noise_multiplier
         ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
 
     def audit_view(self, run, canary_row: int, engine=None):
@@ -273,7 +273,8 @@ class DPPostprocess(Method):
 
     def step(self, ctx: Context, state: PostprocessState) -> PostprocessState:
         plan = ctx.plan
-        base, _ = sgda_step(state.base, plan.data, plan.model, plan.settings, None)
+        base, release = sgda_step(state.base, plan.data, plan.model, plan.settings, None)
+        base.last_release = release  # its batch, kept for tests and audits (never released)
         if base.step < ctx.steps:
             return PostprocessState(base)
         return self.postprocess(ctx, base)

@@ -93,7 +93,9 @@ class PFLDHyper:
 
 @dataclass(frozen=True)
 class PFLDPlan:
-    """A PF-LD run, resolved: the model, the tensors, the cells and the noise of each release."""
+    """A PF-LD run, resolved: the model, the tensors, the cells and the noise of each release. In private mode ``q``,
+    ``epoch`` and the multipliers are read from the accountant (:class:`RevealedBatchNoise`) whose ε the run reports, so
+    the step cannot draw or noise other than what was accounted (tests/test_step_accountant.py)."""
 
     model: object
     data: TrainData
@@ -107,6 +109,7 @@ class PFLDPlan:
     sigma: float  # σ of the whole run (0: non-private)
     sigma_primal: float
     sigma_dual: float
+    count_noise: float = 0.0  # std of the cell-count release (0: none, non-private)
 
 
 @dataclass
@@ -118,6 +121,7 @@ class PFLDState:
     stream: Stream
     n_hat: torch.Tensor  # released cell counts (floored at 1): every normaliser
     last_violation: torch.Tensor | None = None
+    batch: torch.Tensor | None = None  # the last step's Poisson sample (kept for tests and audits, never released)
 
 
 def score_grads(model, params: dict, X: torch.Tensor) -> dict:
@@ -205,6 +209,11 @@ class PFLD(Method):
         return RevealedBatchNoise(steps=T, sampling_rate=hyper.batch_size / n_train, unsampled=T // epoch, unsampled_share=hyper.dual_share,
                                   fixed_mu2=COUNT_SENSITIVITY**2 / hyper.count_noise**2, target_epsilon=target, delta=budget.delta)
 
+    @staticmethod
+    def accounted_count_noise(accountant: RevealedBatchNoise) -> float:
+        """The std of the cell-count release the accountant composed (its μ² = Δ²/std², Δ = √2; ∞ where it composed none)."""
+        return COUNT_SENSITIVITY / math.sqrt(accountant.fixed_mu2) if accountant.fixed_mu2 > 0 else math.inf
+
     def calibrated(self, problem: RevealedBatchNoise, value: float) -> dict:
         return {"steps": problem.steps, "params": {"noise_multiplier": value}}
 
@@ -215,7 +224,7 @@ class PFLD(Method):
             raise ValueError(reason)
         if ds.n_classes != 2:
             raise ValueError(f"pf-ld is for binary classification; dataset {ds.name!r} has {ds.n_classes} classes")
-        q = check_batch(ctx, h.batch_size)
+        q = check_batch(ctx, h.batch_size)  # validated here; a private run reads it from its accountant below
         n, G, dev = ctx.n_train, ds.n_groups, ctx.device
         T, epoch = self.schedule(h, n, run.steps, run.max_steps)
         eo = run.constraint == "equalized-odds"
@@ -226,7 +235,7 @@ class PFLD(Method):
         row_population = y if eo else np.zeros(n, dtype=np.int64)
         data = train_tensors(ctx, with_parts=False)
         private = h.privacy != "none"
-        sigma, sigma_p, sigma_d, spent = 0.0, 0.0, 0.0, math.inf
+        sigma, sigma_p, sigma_d, spent, count_noise = 0.0, 0.0, 0.0, math.inf, 0.0
         if private:
             selection_eps = selection_epsilon(run.selection)
             accountant = self.accountant(h, n, ctx.budget, run.epsilon - selection_eps)
@@ -235,12 +244,16 @@ class PFLD(Method):
             if spent > run.epsilon * (1 + 1e-9):
                 raise ValueError(f"noise_multiplier={sigma} spends epsilon={spent:.4f} > the budget {run.epsilon}; raise it or leave it unset")
             sigma_p, sigma_d = accountant.multipliers(sigma)
+            # the step reads what the accountant composed: its sampling rate, T and count noise (its T // epoch dual releases
+            # are the schedule's, which the accountant was built from)
+            q, T, count_noise = accountant.sampling_rate, accountant.steps, self.accounted_count_noise(accountant)
         as_t = lambda a, dtype=torch.int64: torch.as_tensor(a, dtype=dtype, device=dev)  # noqa: E731
         ctx.plan = PFLDPlan(
             model=build_model(h.model, ds.n_features, 2, h.hidden), data=data, cells=as_t(cells), populations=as_t(populations),
             row_population=as_t(row_population), population_sizes=as_t(np.bincount(row_population, minlength=2), data.X.dtype),
             counts=as_t(np.bincount(cells, minlength=n_cells), data.X.dtype), q=q, epoch=epoch, sigma=sigma,
             sigma_primal=sigma_p, sigma_dual=sigma_d,
+            count_noise=count_noise,
         )
         ctx.steps = T
         if not private:
@@ -251,8 +264,8 @@ class PFLD(Method):
                       f"{T // epoch} full-data dual releases and the Gaussian cell-count release (shift √2)")
         accounting += (selection_note(run.selection) + " (pure DP, composed by addition)") if run.selection else ""
         details = {"privacy_mode": h.privacy, "sampling_rate": q, "noise_multiplier": sigma, "noise_multiplier_primal": sigma_p,
-                   "noise_multiplier_dual": sigma_d, "dual_every": epoch, "count_noise": h.count_noise, "neighbour_relation": "one group changed",
-                   "group_counts": f"normalisers from cell counts + N(0, {h.count_noise}²), inside the budget"}
+                   "noise_multiplier_dual": sigma_d, "dual_every": epoch, "count_noise": count_noise, "neighbour_relation": "one group changed",
+                   "group_counts": f"normalisers from cell counts + N(0, {count_noise:.6g}²), inside the budget"}
         notion = "sensitive-attribute DP only (x and y public; neighbours differ in one group): NOT comparable with record-level DP"
         ctx.privacy = PrivacyPlan(True, notion, accounting, run.delta, T, run.epsilon, spent, details=tuple(details.items())).as_dict()
 
@@ -262,7 +275,7 @@ class PFLD(Method):
         plan, h = ctx.plan, ctx.hyper
         counts = plan.counts
         if h.privacy != "none":
-            counts = counts + h.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype)
+            counts = counts + plan.count_noise * stream.normal(0, counts.numel(), GROUP_COUNTS, counts.dtype)
         zeros = torch.zeros_like(counts)
         return PFLDState(plan.model.init(stream), zeros, zeros.clone(), 0, stream, counts.clamp_min(1.0))
 
@@ -297,7 +310,7 @@ class PFLD(Method):
                 private_sum[name] = private_sum[name] + std * noise[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
         new_params = {k: (p - h.lr * (public_grad[k] - private_sum[k])).detach() for k, p in state.params.items()}
-        new = PFLDState(new_params, state.lam, state.sign, t, state.stream, state.n_hat, state.last_violation)
+        new = PFLDState(new_params, state.lam, state.sign, t, state.stream, state.n_hat, state.last_violation, idx)
         if t % plan.epoch == 0:
             new = self.dual_step(ctx, new)
         return new
@@ -318,7 +331,7 @@ class PFLD(Method):
                 std = plan.sigma_dual * dual_sensitivity(h.clip_dual, state.n_hat)
                 v = v + std * state.stream.normal(state.step, n_cells, SECOND_GAUSSIAN, v.dtype)
             lam = (state.lam + h.dual_lr * v.abs()).clamp(0.0, h.lambda_max)
-        return PFLDState(state.params, lam, torch.sign(v), state.step, state.stream, state.n_hat, v)
+        return PFLDState(state.params, lam, torch.sign(v), state.step, state.stream, state.n_hat, v, state.batch)
 
     def report(self, ctx: Context, state: PFLDState) -> dict:
         out = {"lambda_max": float(state.lam.max())}

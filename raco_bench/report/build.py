@@ -36,6 +36,7 @@ from raco_bench.report.export import export_part
 from raco_bench.report.load import ReportError, experiment_id
 from raco_bench.report.references import REFERENCE_COLUMNS, load_references
 from raco_bench.report.results_page import build_page
+from raco_bench.report.store_epsilon import store_line
 from raco_bench.report.study import Study, write_part
 from raco_bench.report.tables import WALLTIME_EXPERIMENT, load_walltime, markdown_table, write_walltime_tables
 
@@ -108,7 +109,8 @@ def _write_index(report: Report, experiment: str, uri: str, df: pd.DataFrame) ->
     counts = df.groupby(["method", "phase"]).size().rename("runs").reset_index()
     lines = [f"# Report: {experiment}", "", f"Tracking URI: `{uri}`; sweep `{df['sweep_id'].iloc[0]}`. Runs used: {len(df)} "
              "(tidy table: [runs.csv](runs.csv)).", "",
-             figures.privacy_caption(df), "", markdown_table(counts), "", "## Figures and tables", ""]
+             figures.privacy_caption(df), "", store_line(uri, experiment, str(df["sweep_id"].iloc[0])), "", markdown_table(counts), "",
+             "## Figures and tables", ""]
     for path in report.files:
         if path.suffix in (".png",):
             lines += [f"### {path.stem}", f"![{path.stem}]({path.name})", f"[PDF]({path.stem}.pdf)", ""]

@@ -51,6 +51,7 @@ from raco_bench.sweeps.plan import (
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.sweeps.store_privacy import record_store_epsilon, store_metrics, store_text, sweep_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
@@ -379,11 +380,13 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
+    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every run of both phases
     elapsed = time.perf_counter() - t0
     n_trials = len(trials1) + len(trials2)
-    text += f"\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
+    text += f"\n{store_text(store)}\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
+    record_store_epsilon(uri, parent2, store)
     tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
     tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
@@ -391,7 +394,8 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
           f"(named <method>.eps=<eps>.gamma=<gamma>.{spec.experiment})", flush=True)
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
-                                                "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions})
+                                                "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions,
+                                                **store_metrics(store)})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 
@@ -488,16 +492,19 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     results = phase_results(uri, experiment_id, spec, 1)
     releases = select_released(spec, results)
     text, rows = summarize_released(spec, releases, results)
+    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every candidate the store holds
     elapsed = time.perf_counter() - t0
-    text += f"\n{len(trials)} configurations in {elapsed:.0f}s"
+    text += f"\n{store_text(store)}\n{len(trials)} configurations in {elapsed:.0f}s"
     print(text, flush=True)
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
+    record_store_epsilon(uri, parent, store)
     released = [asdict(r) for r in releases]
     tracking.log_text(uri, parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT)
     tracking.log_text(uri, parent, text, "summary.txt")
     ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials), "completed": len(results), "released": sum(r.trial_key is not None for r in releases),
-                                                "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {})})
+                                                "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {}),
+                                                **store_metrics(store)})
     return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
 
 

@@ -176,6 +176,8 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
             row["epsilon_end_to_end"] = trial["epsilon_end_to_end"]
     row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),
                skipped=trial.get("skip", ""), run_id=run_id)
+    if trial.get("checkpoint") == "private":  # the selection's releases, for the store's ε (raco_bench/sweeps/store_privacy.py)
+        row.update(selection_noise=trial.get("selection_noise"), selection_checkpoints=trial.get("selection_checkpoints"))
     row.update(tags or {})
     row.update({k: v for k, v in (metrics or {}).items() if math.isfinite(v)})
     return row

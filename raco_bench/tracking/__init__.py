@@ -207,7 +207,42 @@ def create_run(uri: str, experiment_id: str, name: str, tags: dict[str, str] | N
 
 
 def delete_run(uri: str, run_id: str) -> None:
-    retry(lambda: client(uri).delete_run(run_id))
+    """Delete a run and everything it recorded: its artifacts, its logged models (their artifacts and records), its
+    dataset-input links, then its metrics, latest metrics, params, tags and the run itself, as ``mlflow gc --run-ids``
+    does for a deleted run. MLflow's own ``delete_run`` only marks a run deleted, and its metrics stay readable in the
+    store: a deleted attempt's curves beside the attempt that replaced it would be two independent trainings of one
+    configuration, a release no ε covers (docs/privacy.md, "The store's ε")."""
+    c = client(uri)
+    run = retry(lambda: c.get_run(run_id))
+    store = c._tracking_client.store  # MLflow's store: its hard deletes are what ``mlflow gc`` calls
+    if not hasattr(store, "_hard_delete_run"):
+        raise ValueError(f"the tracking store {uri} cannot delete a run's data (MLflow has hard deletes for SQL stores only); "
+                         "use a SQL store (sqlite:///..., postgresql://...), or delete run " + run_id + " with `mlflow gc` yourself")
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    for model in logged_models(uri, run.info.experiment_id, run_id):
+        get_artifact_repository(model.artifact_location).delete_artifacts()
+        retry(lambda model=model: c.delete_logged_model(model.model_id))  # the search finds live models only
+        retry(lambda model=model: store._hard_delete_logged_model(model.model_id))
+    get_artifact_repository(run.info.artifact_uri).delete_artifacts()
+    if run.info.lifecycle_stage != "deleted":
+        retry(lambda: c.delete_run(run_id))
+    retry(lambda: _delete_inputs(store, run_id))
+    retry(lambda: store._hard_delete_run(run_id))
+
+
+def _delete_inputs(store, run_id: str) -> None:
+    """The run's input and output links: its dataset inputs and the links of its logged models to it (the datasets are
+    shared records of public facts, kept)."""
+    from mlflow.store.tracking.dbmodels.models import SqlInput, SqlInputTag
+    from sqlalchemy import or_
+
+    with store.ManagedSessionMaker() as session:
+        links = session.query(SqlInput).filter(or_(SqlInput.destination_id == run_id, SqlInput.source_id == run_id)).all()
+        ids = [link.input_uuid for link in links]
+        if ids:
+            session.query(SqlInputTag).filter(SqlInputTag.input_uuid.in_(ids)).delete(synchronize_session=False)
+            session.query(SqlInput).filter(SqlInput.input_uuid.in_(ids)).delete(synchronize_session=False)
 
 
 def read_artifact(uri: str, run_id: str, path: str, dst: str | Path | None = None) -> Path | None:
@@ -301,7 +336,7 @@ def _get_or_create_keyed_run(uri: str, experiment_id: str, key_tag: str, tags: d
     found = find_run(uri, experiment_id, {key_tag: tags[key_tag]})
     other_key = found is not None and KEY_ID in tags and found.data.tags.get(KEY_ID, tags[KEY_ID]) != tags[KEY_ID]
     if other_key and (found.data.tags.get(COMPLETE) != "1" or redo_complete):
-        retry(lambda: client(uri).delete_run(found.info.run_id))
+        delete_run(uri, found.info.run_id)
         found = None
     if found is not None:
         return found.info.run_id, (found if found.data.tags.get(COMPLETE) == "1" else None), True
@@ -457,7 +492,7 @@ def drop_abandoned_packs(uri: str, experiment_id: str, sweep_id: str, phase: int
     dropped = 0
     for run in search_all(uri, [experiment_id], query):
         if run.data.tags.get(COMPLETE) != "1" and run.data.tags.get(PACK_KEY) not in planned:
-            retry(lambda run=run: client(uri).delete_run(run.info.run_id))
+            delete_run(uri, run.info.run_id)
             dropped += 1
     return dropped
 

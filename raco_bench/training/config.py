@@ -116,19 +116,23 @@ class RunConfig:
 NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws")  # batch_draws: batch_stream_id
 
 
-def batch_stream_id(cfg: RunConfig) -> int | None:
+def batch_stream_id(cfg: RunConfig, hyperparameters: dict) -> int | None:
     """The stream a run draws its Poisson gradient batches from: None for its own stream (``batch_draws=own``), or
-    (``shared``) the id of one stream per (dataset, split seed, seed), which every configuration with that seed shares.
+    (``shared``) the id of one stream per (dataset, split seed, seed, expected batch size), which every configuration
+    with that seed and batch size shares (``hyperparameters``: the run's resolved ones; a method without a batch size
+    draws no Poisson batches).
 
     Either way the run's batch at step t includes each row independently with probability q, independently across
     steps (:func:`raco_bench.privacy.counter_rng.poisson_rows`), so its own ε is the same. Runs that share a batch
-    stream and a sampling rate draw the same batches, which a pack computes as dense products
-    (docs/packs.md, "Shared batches"); they are not independent of each other, so whatever needs independent runs
-    (accounted tuning, the white-box audit) keeps ``own``."""
+    stream draw the same batches, which a pack computes as dense products (docs/packs.md, "Shared batches"); they are
+    not independent of each other, so whatever needs independent runs (accounted tuning, the white-box audit) keeps
+    ``own``, and the store's ε composes them as one release (:mod:`raco_bench.privacy.store`). The batch size is part
+    of the stream so that runs at different rates are independent: from one stream their batches would be different
+    functions of the same uniforms, neither the same release nor independent ones."""
     if cfg.batch_draws == "own":
         return None
-    rows = {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed}
-    if cfg.validation_split:  # another training split: other rows (split 0 keeps the ids from before resamples existed)
+    rows = {"dataset": cfg.dataset, "split_seed": cfg.split_seed, "seed": cfg.seed, "batch_size": hyperparameters.get("batch_size")}
+    if cfg.validation_split:  # another training split: other rows (split 0 keeps the ids of the protocol's split)
         rows["validation_split"] = cfg.validation_split
     return _signed_hash({"shared batches of": rows})
 

@@ -102,7 +102,7 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     device = torch.device(cfg.device)
     problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
     ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
-                  source=source, stream_id=stream_id(cfg, asdict(hyper)), batch_stream_id=batch_stream_id(cfg))
+                  source=source, stream_id=stream_id(cfg, asdict(hyper)), batch_stream_id=batch_stream_id(cfg, asdict(hyper)))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
     evals = {k: _eval_split(ds, k, s, problem, cfg.constraint, device) for k, s in ds.splits().items() if k != "train" or cfg.releases_train_metrics}

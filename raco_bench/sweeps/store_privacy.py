@@ -1,0 +1,91 @@
+"""A sweep's store ε, from what its packs recorded: the figure its summary, its phase parents and the report state beside
+the per-run ε (docs/privacy.md, "The store's ε"; the composition is :mod:`raco_bench.privacy.store`'s).
+
+Every trained configuration of the sweep is one release: its method's events (``Method.privacy_event``) at the T it
+trained, its calibrated parameters and its private selection, and the batches it drew (``batch_stream_id``: shared by
+configurations of one seed and one expected batch size under ``batch_draws=shared``, its own otherwise). Runs of
+several datasets are composed per dataset (they are different people).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pandas as pd
+
+from raco_bench import tracking
+from raco_bench.data.catalog import TRAIN_ROWS
+from raco_bench.methods import get_method
+from raco_bench.methods.base import Budget
+from raco_bench.privacy import events
+from raco_bench.privacy.accounting import SelectionRelease
+from raco_bench.privacy.store import StoreEpsilon, StoreRelease, store_epsilon
+from raco_bench.training.config import RunConfig, batch_stream_id
+
+STORE_ARTIFACT = "store_epsilon.json"  # on every phase parent of a finished sweep
+STORE_TAG = "raco_bench.store_epsilon"
+
+
+def _number(value, default=None):
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def release_of(row: dict) -> StoreRelease:
+    """One recorded configuration (a row of :func:`raco_bench.sweeps.results.read_results`) as a release."""
+    label = f"{row['method']} config {row['config_id']} seed {row['seed']}" + (f" eps {row['epsilon']:g}" if row.get("epsilon") else "")
+    method = get_method(row["method"])
+    if not method.private:
+        return StoreRelease(None, None, label, "a non-private method: its model is a function of the rows with no noise")
+    if row["dataset"] not in TRAIN_ROWS:
+        return StoreRelease(None, None, label, f"dataset {row['dataset']!r} has no published training size")
+    hyper = method.hyperparameters({**json.loads(row["params"] or "{}"), **json.loads(row["calibrated"] or "{}")})
+    selection = None
+    if row["checkpoint"] == "private":
+        noise, count = _number(row.get("selection_noise")), _number(row.get("selection_checkpoints"))
+        if noise is None or count is None:
+            return StoreRelease(None, None, label, "checkpoint=private, but its selection settings were not recorded (a store older than them)")
+        selection = SelectionRelease(float(noise), int(count))
+    steps = int(row["steps"])
+    budget = Budget(float(row["epsilon"]), float(row["delta"]), steps, steps, selection)
+    try:
+        event = method.privacy_event(hyper, TRAIN_ROWS[row["dataset"]], budget)
+    except events.UnsupportedEvent as exc:
+        return StoreRelease(None, None, label, str(exc))
+    batches = batch_stream_id(RunConfig(dataset=row["dataset"], seed=int(row["seed"]), batch_draws=str(row["batch_draws"] or "own")),
+                              dataclasses.asdict(hyper))
+    return StoreRelease(event, batches, label, epsilon=_number(row.get("epsilon_spent")))
+
+
+def sweep_store_epsilon(table: pd.DataFrame) -> dict[str, StoreEpsilon]:
+    """Per dataset, the store ε of the trained configurations in ``table`` (at the largest δ they were run at)."""
+    trained = table[table["skipped"] == ""]
+    out = {}
+    for dataset, rows in trained.groupby("dataset", sort=True):
+        records = rows.to_dict("records")
+        figure = store_epsilon([release_of(r) for r in records], float(rows["delta"].max()))
+        listed = sorted({item for r in records for item in str(r.get("outside_budget", "")).split(" | ") if item not in ("", "none", "nan")})
+        out[str(dataset)] = dataclasses.replace(figure, outside_budget=tuple(listed))
+    return out
+
+
+def store_text(figures: dict[str, StoreEpsilon]) -> str:
+    """The lines a summary and a report print: what a reader of the whole store gets, per dataset."""
+    return "\n".join(f"The store's epsilon on {dataset}: {s.describe()}." for dataset, s in figures.items())
+
+
+def store_metrics(figures: dict[str, StoreEpsilon]) -> dict[str, float]:
+    """The parent run's metrics (one dataset per sweep): the store's ε, the independent figure, the largest per-run ε."""
+    if len(figures) != 1:
+        return {}
+    s = next(iter(figures.values()))
+    values = {"store_epsilon": s.epsilon, "store_epsilon_own_batches": s.independent, "store_epsilon_largest_run": s.largest_run}
+    return {k: (v if math.isfinite(v) else -1.0) for k, v in values.items()}  # -1: no record-level guarantee (the tag says why)
+
+
+def record_store_epsilon(uri: str, parent: str, figures: dict[str, StoreEpsilon]) -> None:
+    """State the store's ε on a phase parent as a tag and a JSON record (its metrics, :func:`store_metrics`, go with the
+    phase's own when it finishes)."""
+    tracking.set_tags(uri, parent, {STORE_TAG: store_text(figures)[:4900]})
+    tracking.log_text(uri, parent, json.dumps({d: dataclasses.asdict(s) for d, s in figures.items()}, indent=2, default=str), STORE_ARTIFACT)
