@@ -131,7 +131,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = RunConfig(dataset=_train_dataset(args), method=args.method, constraint=args.constraint, gamma=args.gamma,
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
                     preprocessing=args.preprocessing, checkpoint=args.checkpoint, randomness=args.randomness,
-                    train_metrics=args.train_metrics, schema=args.schema, data=args.data)
+                    train_metrics=args.train_metrics, schema=_absolute(args.schema), data=_absolute(args.data))
     cfg = cfg.with_overrides(_parse_sets(args.set))
     if cfg.schema is None and cfg.dataset not in DATASETS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}, or give your own with --data TABLE "
@@ -172,6 +172,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=float))
         print(f"wrote {args.json}")
     return 0
+
+
+def _absolute(path: str | None) -> str | None:
+    """A user's file as the run records it: its absolute path."""
+    return None if path is None else str(Path(path).expanduser().resolve())
 
 
 def _train_dataset(args: argparse.Namespace) -> str:

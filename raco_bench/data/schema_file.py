@@ -261,7 +261,8 @@ def _check_roles(schema: DatasetSchema, where: str) -> None:
 def _known(raw: dict, keys: tuple[str, ...], where: str) -> None:
     for key in raw:
         if key not in keys:
-            near = difflib.get_close_matches(str(key), keys, n=1)
+            near = difflib.get_close_matches(str(key), keys, n=3)
+            near.sort(key=lambda k: sorted(k) != sorted(str(key)))  # a transposition first: lable is label, not table
             hint = f"; did you mean `{near[0]}`?" if near else f"; the keys are {', '.join(keys)}"
             raise SchemaError(f"{where}: unknown key `{key}`{hint}")
 

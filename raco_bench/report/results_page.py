@@ -50,6 +50,9 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
               f"- **Data:** {len(mine)} configurations trained ({int((mine['phase'] == 2).sum())} reported runs); "
               f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
               f"{part_bytes(page, part.sweep_id):,} bytes", ""]
+    if part.params.get("sweep.schema"):  # a dataset of the user's own: which files, and their digest (docs/datasets.md)
+        lines.insert(-1, f"- **Dataset files:** schema `{part.params['sweep.schema']}`, table `{part.params.get('sweep.data') or 'the one it names'}` "
+                         f"(sha256 of both: `{part.params.get('sweep.files_digest', 'not recorded')}`)")
     return lines
 
 
