@@ -138,7 +138,7 @@ BAD = {
     "a column without a domain": (None, lambda f: f.assign(income=1.0),
                                   ["column 'income' of the table has no domain", "income: {range: [LO, HI], source:", "ignore"]),
     "more classes than declared": (None, lambda f: _row(f, "y", 3, 2),
-                                   ["label column 'y'", "'2' (1 rows)", "more classes than the 2 declared", "label.values"]),
+                                   ["label column 'y'", "'2' (1 rows)", "more classes than the 2 declared [0, 1]", "label.values"]),
     "fewer classes than declared": (None, lambda f: f.assign(y=0), ["no row of declared class(es) 'yes'", "fewer classes"]),
     "an undeclared group": (None, lambda f: _row(f, "g", 5, 7), ["group column 'g'", "'7' (1 rows)", "Add each to the group's values"]),
     "a group with one training row": (lambda s: s["groups"][0].update(values=[0, 1, 2], names=["a", "b", "c"]), lambda f: _row(f, "g", 5, 2),
@@ -150,7 +150,7 @@ BAD = {
     "a domain without a source": (lambda s: s["features"]["x1"].pop("source"), None, ["features.x1: no `source`"]),
     "an empty range": (lambda s: s["features"]["x1"].update(range=[4, -4]), None, ["features.x1: range [4, -4] needs LO < HI"]),
     "a catalog dataset's name": (lambda s: s.update(name="adult"), None, ["name 'adult' is a catalog dataset's"]),
-    "a positive class not declared": (lambda s: s["label"].update(positive=3), None, ["positive 3.0 is not one of the declared values"]),
+    "a positive class not declared": (lambda s: s["label"].update(positive=3), None, ["positive '3' is not one of the declared values [0, 1]"]),
     "a column in two roles": (lambda s: s["features"].update(g={"range": [0, 1], "source": "x"}), None,
                               ["column 'g' is named under groups and features"]),
 }

@@ -23,11 +23,12 @@ import difflib
 import hashlib
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from raco_bench.data.schema import CategoricalDomain, NumericDomain, PublicSchema
+from raco_bench.data.tabular import TEST_FRACTION, VALIDATION_FRACTION
 
 SCHEMA_SUFFIXES = (".yaml", ".yml", ".toml")
 MAPPINGS = ("linear", "log")
@@ -70,8 +71,8 @@ class Split:
     else a seeded split stratified on (label, group). Validation rows not named by a column are ``validation_fraction`` of
     the training rows, stratified and seeded the same way (:mod:`raco_bench.data.tabular`)."""
 
-    test_fraction: float = 0.25
-    validation_fraction: float = 0.15
+    test_fraction: float = TEST_FRACTION
+    validation_fraction: float = VALIDATION_FRACTION
     column: str | None = None
     test: tuple = ()
     validation: tuple = ()
@@ -137,12 +138,11 @@ class DatasetSchema:
 
     def example_line(self, column: str, numeric: bool) -> str:
         """The line to add under ``features`` for ``column``, in this file's syntax (placeholders, never values from the rows)."""
+        where = "where LO and HI come from" if numeric else "where the levels come from"
         if self.syntax == "toml":
             domain = "range = [LO, HI]" if numeric else 'vocabulary = ["A", "B"]'
-            return f'{toml_key(column)} = {{ {domain}, source = "where LO and HI come from" }}' if numeric else \
-                f'{toml_key(column)} = {{ {domain}, source = "where the levels come from" }}'
+            return f'{toml_key(column)} = {{ {domain}, source = "{where}" }}'
         domain = "range: [LO, HI]" if numeric else "vocabulary: [A, B]"
-        where = "where LO and HI come from" if numeric else "where the levels come from"
         return f'  {yaml_key(column)}: {{{domain}, source: "{where}"}}'
 
 
@@ -192,14 +192,7 @@ def read_schema(path: str | Path) -> DatasetSchema:
             raw = yaml.load(blob.decode(), Loader=_yaml_loader())  # noqa: S506 - a safe loader
     except Exception as exc:  # noqa: BLE001 - the parser's own message names the line
         raise SchemaError(f"schema {path} is not valid {syntax.upper()}: {exc}") from None
-    schema = parse_schema(raw, path=path, syntax=syntax)
-    return _with(schema, digest=hashlib.sha256(blob).hexdigest())
-
-
-def _with(schema: DatasetSchema, **changes) -> DatasetSchema:
-    from dataclasses import replace
-
-    return replace(schema, **changes)
+    return replace(parse_schema(raw, path=path, syntax=syntax), digest=hashlib.sha256(blob).hexdigest())
 
 
 def parse_schema(raw: Any, path: Path | None = None, syntax: str = "yaml") -> DatasetSchema:
@@ -333,6 +326,11 @@ def _plain(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def shown(values) -> str:
+    """Declared values as a message shows them: [0, 1], ['no', 'yes']."""
+    return "[" + ", ".join(_plain(v) if isinstance(v, float) else repr(v) for v in values) + "]"
+
+
 def _label(raw: Any, where: str) -> Label:
     where = f"{where}: label"
     if not isinstance(raw, dict):
@@ -351,10 +349,10 @@ def _label(raw: Any, where: str) -> Label:
     classes = _classes({k: v for k, v in raw.items() if k != "positive"}, LABEL_KEYS, where, "label")
     if len(classes.values) == 2:
         if "positive" not in raw:
-            raise SchemaError(f"{where}: no `positive`: name the positive class, one of {list(classes.values)} (it is class 1)")
+            raise SchemaError(f"{where}: no `positive`: name the positive class, one of {shown(classes.values)} (it is class 1)")
         positive = _value(raw["positive"], f"{where}: positive")
         if positive not in classes.values:
-            raise SchemaError(f"{where}: positive {positive!r} is not one of the declared values {list(classes.values)}")
+            raise SchemaError(f"{where}: positive {_plain(positive)!r} is not one of the declared values {shown(classes.values)}")
         i = classes.values.index(positive)
         order = (1 - i, i)  # the positive class is class 1
         classes = Classes(classes.column, tuple(classes.values[j] for j in order), tuple(classes.names[j] for j in order), classes.source)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raco_bench.data.schema_file import Classes, DatasetSchema, SchemaError
+from raco_bench.data.schema_file import Classes, DatasetSchema, SchemaError, shown
 from raco_bench.data.tabular import RawTable
 
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".parquet", ".pq")
@@ -65,7 +65,7 @@ def raw_table(schema: DatasetSchema, frame: pd.DataFrame, origin: dict | None = 
         test_rows = _matches(frame[schema.split.column], schema.split.test)
         validation_rows = _matches(frame[schema.split.column], schema.split.validation) if schema.split.validation else None
         if not test_rows.any():
-            raise SchemaError(f"{name}: no row of split column {schema.split.column!r} has a test value {list(schema.split.test)}; "
+            raise SchemaError(f"{name}: no row of split column {schema.split.column!r} has a test value {shown(schema.split.test)}; "
                               "check split.test in the schema")
     return RawTable(name, features, label, group, schema.label.classes.names, schema.group_names, schema.sensitive_attribute,
                     tuple(sorted(schema.features.categorical)), tuple(numeric), schema.features, schema.note, schema.task_outside_budget,
@@ -139,7 +139,7 @@ def _label(schema: DatasetSchema, frame: pd.DataFrame) -> np.ndarray:
         y = _codes(series, classes.values)
         if (y < 0).any():
             raise SchemaError(f"{name}: label column {classes.column!r} holds value(s) the schema does not declare, {_undeclared(series, y)}: "
-                              f"more classes than the {len(classes.values)} declared {list(classes.values)}. Add each to label.values (each "
+                              f"more classes than the {len(classes.values)} declared {shown(classes.values)}. Add each to label.values (each "
                               "value is a class), or drop those rows")
     _every_class(name, classes, y)
     return y
@@ -161,7 +161,7 @@ def _groups(schema: DatasetSchema, frame: pd.DataFrame) -> np.ndarray:
         codes = _codes(series, spec.values)
         if (codes < 0).any():
             raise SchemaError(f"{schema.name}: group column {spec.column!r} holds value(s) the schema does not declare, {_undeclared(series, codes)}; "
-                              f"declared {list(spec.values)}. Add each to the group's values (with a name), or drop those rows")
+                              f"declared {shown(spec.values)}. Add each to the group's values (with a name), or drop those rows")
         group = group * len(spec.values) + codes
     return group
 

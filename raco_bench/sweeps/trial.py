@@ -258,11 +258,15 @@ def dataset_record(dataset) -> tracking.DatasetRecord:
 
 
 def log_dataset_input(uri: str, run_id: str, dataset) -> None:
-    """The run's dataset input; a user's dataset also tags the run with its schema file, its table and their sha256."""
+    """The run's dataset input; a user's dataset also tags the run with its schema file, its table and their sha256, and the
+    data's notes (values clipped to their range on the validation and test rows) are a tag too."""
     tracking.log_dataset(uri, run_id, dataset_record(dataset))
-    files = {f"dataset.{k}": str(v) for k, v in dataset.origin.items() if k in ("schema", "schema_sha256", "table", "table_sha256")}
-    if "table" in dataset.origin:
-        tracking.set_tags(uri, run_id, files)
+    tags = {f"dataset.{k}": str(v) for k, v in dataset.origin.items() if k in ("schema", "schema_sha256", "table", "table_sha256")} \
+        if "table" in dataset.origin else {}
+    if dataset.data_notes:
+        tags["dataset.notes"] = " | ".join(dataset.data_notes)[:4900]
+    if tags:
+        tracking.set_tags(uri, run_id, tags)
 
 
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
