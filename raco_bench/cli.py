@@ -1,4 +1,4 @@
-"""The ``raco-bench`` command line: ``datasets``, ``train``, ``audit``, ``report`` and ``bench``.
+"""The ``raco-bench`` command line: ``datasets``, ``schema``, ``train``, ``sweep``, ``audit``, ``report`` and ``bench``.
 
 Nothing heavy is imported at start-up: ``raco-bench --help`` lists the commands at once, and each
 command's own options (``raco-bench train --help`` lists every method's ``--set`` keys) are built
@@ -19,25 +19,28 @@ from raco_bench.training.config import CHECKPOINT_RULES, RunConfig
 
 COMMANDS = {
     "datasets": "where each dataset is looked for, whether it verifies, its size after preprocessing",
+    "schema": "draft a schema file for a table of your own (schema draft TABLE): a proposal to edit, its values read from the rows",
     "train": "train one configuration and print its summary",
+    "sweep": "a two-phase sweep (the sweep scripts' protocol) on a catalog dataset or a table of your own (--schema, --data)",
     "audit": "empirical privacy audits (a lower bound on epsilon beside the accounted one)",
     "report": "figures and tables of a sweep from MLflow",
     "sweeps": "the sweeps in a tracking store: id, experiment, state, configurations recorded / planned per phase, command",
     "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
                "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
-             "report-scale, preprocessing (accuracy cost of public domains)",
+             "report-scale, preprocessing (accuracy cost of public domains), data (loading a large table under its schema)",
 }
 
 
 def _cmd_datasets(args: argparse.Namespace) -> int:
     from raco_bench.data import DATASETS, DataError, load_dataset
     from raco_bench.data import files as data_files
+    from raco_bench.data.catalog import raw_files
 
     print(f"data roots searched: {', '.join(str(r) for r in data_files.search_roots())}")
     failures = 0
-    for name, spec in DATASETS.items():
-        statuses = [data_files.status(raw) for raw in spec.files()]
+    for name in DATASETS:
+        statuses = [data_files.status(raw) for raw in raw_files(name)]
         state = "generated" if not statuses else worst_state(s.state for s in statuses)
         where = "; ".join(str(s.path) if s.path else f"{s.raw.relpath} (missing)" for s in statuses) or "(no file)"
         shape = ""
@@ -100,6 +103,8 @@ def _summary(result) -> str:
     lines.append(f"preprocessing: {p['preprocessing']}; reported checkpoint: {rep['rule']} ({rep['rule_note']})")
     for note in p.get("outside_budget", []):
         lines.append(f"OUTSIDE THE BUDGET: {note}")
+    for note in result.dataset.get("notes", []):
+        lines.append(f"data: {note}")
     if p["private"] and p.get("end_to_end"):
         lines.append("the printed epsilon covers the whole pipeline except hyperparameter tuning and the train/validation/test split")
     blocks = [("reported", rep), ("last iterate", last)]
@@ -123,13 +128,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from raco_bench.methods import get_method
     from raco_bench.training.loop import execute, prepare_run
 
-    cfg = RunConfig(dataset=args.dataset, method=args.method, constraint=args.constraint, gamma=args.gamma,
+    cfg = RunConfig(dataset=_train_dataset(args), method=args.method, constraint=args.constraint, gamma=args.gamma,
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
                     preprocessing=args.preprocessing, checkpoint=args.checkpoint, randomness=args.randomness,
-                    train_metrics=args.train_metrics)
+                    train_metrics=args.train_metrics, schema=_absolute(args.schema), data=_absolute(args.data))
     cfg = cfg.with_overrides(_parse_sets(args.set))
-    if cfg.dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}")
+    if cfg.schema is None and cfg.dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}, or give your own with --data TABLE "
+                         "--schema SCHEMA (docs/datasets.md, \"Your own data\")")
     get_method(cfg.method)
     if cfg.constraint not in BUILDERS:
         raise ValueError(f"unknown constraint {cfg.constraint!r}; choose one of: {', '.join(BUILDERS)}")
@@ -168,9 +174,49 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _absolute(path: str | None) -> str | None:
+    """A user's file as the run records it: its absolute path."""
+    return None if path is None else str(Path(path).expanduser().resolve())
+
+
+def _train_dataset(args: argparse.Namespace) -> str:
+    """The run's dataset: ``--dataset`` (a catalog name), or the name in ``--schema`` (a dataset of the user's own)."""
+    if args.data is not None and args.schema is None:
+        raise ValueError(f"--data needs its schema file (--schema SCHEMA); draft one with `raco-bench schema draft {args.data}`")
+    if args.schema is None:
+        return args.dataset or RunConfig().dataset
+    from raco_bench.data.catalog import dataset_schema
+
+    name = dataset_schema(None, args.schema).name
+    if args.dataset is not None and args.dataset != name:
+        raise ValueError(f"--dataset {args.dataset} and --schema {args.schema} (named {name!r}) disagree; a dataset of your own is named by its schema")
+    return name
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from raco_bench.data.draft import write_draft
+
+    out = write_draft(Path(args.table), Path(args.out) if args.out else None, args.label, args.groups, args.force)
+    print(f"wrote {out}: a proposal to edit. Every value it read from the rows is marked READ FROM THE DATA and is outside the privacy "
+          "budget until you replace it with a public one (documentation, a code book, an a priori bound) and change its source; a run on "
+          "the schema as it is lists those columns OUTSIDE THE BUDGET")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from raco_bench.sweeps import SweepSpec
+    from raco_bench.sweeps.runner import main as sweep_main
+
+    return sweep_main(SweepSpec(dataset="synthetic"), args.rest, command=True)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from raco_bench.benchmarks import step_time
 
+    if args.what == "data":
+        from raco_bench.benchmarks import data_load
+
+        return data_load.main(args.rest)
     if args.what == "steptime":
         return step_time.main(args.rest)
     if args.what == "report-scale":
@@ -368,7 +414,10 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     from raco_bench.data import DATASETS
 
     d = RunConfig()
-    p.add_argument("--dataset", default=d.dataset, help=f"one of {', '.join(DATASETS)} (default: %(default)s)")
+    p.add_argument("--dataset", default=None, help=f"one of {', '.join(DATASETS)} (default: {d.dataset}), or give your own with --schema")
+    p.add_argument("--schema", default=None, help="a dataset of your own: its schema file, YAML or TOML (docs/datasets.md, \"Your own data\"; "
+                                                  "`raco-bench schema draft TABLE` proposes one); the dataset is the schema's name")
+    p.add_argument("--data", default=None, help="with --schema: its table, CSV or Parquet (default: the file the schema names as `table`)")
     p.add_argument("--method", default=d.method, help=f"one of {', '.join(METHOD_NAMES)} (default: %(default)s)")
     p.add_argument("--constraint", default=d.constraint, help=f"one of {', '.join(BUILDERS)} (default: %(default)s)")
     p.add_argument("--gamma", type=float, default=d.gamma, help="constraint slack, the target γ (default: %(default)s)")
@@ -495,15 +544,26 @@ def _add_results(p: argparse.ArgumentParser) -> None:
     p.add_argument("--references", default=None, help="published points to overlay (default: DIR/references.csv when it exists)")
 
 
+def _add_schema(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True)
+    d = sub.add_parser("draft", help="propose a schema file for TABLE (CSV or Parquet) to edit: its domains, vocabularies, classes and "
+                                     "groups are read from the rows, each marked so, OUTSIDE the privacy budget until replaced")
+    d.add_argument("table", metavar="TABLE", help="the table, CSV (.csv, .csv.gz, .tsv) or Parquet (.parquet, .pq)")
+    d.add_argument("--out", default=None, help="the schema file to write, .yaml or .toml (default: TABLE's name with .yaml)")
+    d.add_argument("--label", default=None, help="the label column (default: a column named label, target, class, outcome or y, else the last)")
+    d.add_argument("--groups", nargs="+", default=None, help="the sensitive column(s) (default: a column named sex, gender, race, group or g)")
+    d.add_argument("--force", action="store_true", help="overwrite the schema file if it exists")
+
+
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "data"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
 
 HANDLERS = {"datasets": (None, "_cmd_datasets"), "train": (_add_train, "_cmd_train"), "audit": (_add_audit, "_cmd_audit"),
             "report": (_add_report, "_cmd_report"), "results": (_add_results, "_cmd_results"), "bench": (_add_bench, "_cmd_bench"),
-            "sweeps": (_add_sweeps, "_cmd_sweeps")}
+            "sweeps": (_add_sweeps, "_cmd_sweeps"), "schema": (_add_schema, "_cmd_schema"), "sweep": (None, "_cmd_sweep")}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -525,6 +585,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv and argv[0] in COMMANDS else None
+    if command == "sweep":  # every option is the sweep's own (raco_bench.sweeps.arguments), --help included
+        return _cmd_sweep(argparse.Namespace(rest=argv[1:]))
     args = build_parser(command).parse_args(argv)
     from raco_bench.data.files import DataError
 

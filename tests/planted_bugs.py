@@ -147,3 +147,26 @@ DELETION_BUGS: dict[str, PlantedBug] = {
         (("    retry(lambda: store._hard_delete_run(run_id))\n", ""),),
         "the attempt's curves stay in the store, its artifacts gone"),
 }
+
+
+# The labels that say what a dataset's definition read from the rows, and that n_train is released without being declared
+# public (docs/datasets.md, "Your own data"; docs/privacy.md, "Threat model"). tests/test_schema_files.py plants each one
+# and requires its check to go red.
+DATA_LABEL_BUGS: dict[str, PlantedBug] = {
+    "a draft's values read from the rows not listed outside the budget": PlantedBug(
+        "raco_bench.data.schema_file",
+        (("return self.outside_budget + (note if drafted else ())", "return self.outside_budget"),),
+        "a run on a drafted schema claims an end-to-end epsilon while its domains are statistics of the rows"),
+    "a draft's label and groups not seen as read from the rows": PlantedBug(
+        "raco_bench.data.schema_file",
+        (("parts = [self.label.classes, *self.groups]", "parts = []"),),
+        "the classes and groups read from the rows go unlabelled"),
+    "an undeclared training size not listed": PlantedBug(
+        "raco_bench.training.loop",
+        (("outside.append(UNDECLARED_N_NOTE)", "pass"),),
+        "n_train of a dataset whose schema declares no public size is released as if public"),
+    "a training size other than the declared one not listed": PlantedBug(
+        "raco_bench.training.loop",
+        (("elif privacy.get(\"private\", False) and len(ds.train) != ds.published_train_rows:", "elif False:"),),
+        "a run on a subset (or an audit's world) releases its n as if it were the published size"),
+}

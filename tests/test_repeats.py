@@ -21,9 +21,9 @@ from raco_bench.training.loop import prepare_run
 def test_a_resample_keeps_the_test_rows_and_redraws_train_and_validation_within_the_same_strata():
     rng = np.random.default_rng(0)
     y, g = rng.integers(0, 2, 4000), rng.integers(0, 3, 4000)
-    base, again = split_indices(y, g, 0), split_indices(y, g, 0, 0)
+    base, again = split_indices(y, g, 0), split_indices(y, g, 0, validation_split=0)
     assert all(np.array_equal(base[k], again[k]) for k in base)
-    one, two = split_indices(y, g, 0, 1), split_indices(y, g, 0, 2)
+    one, two = split_indices(y, g, 0, validation_split=1), split_indices(y, g, 0, validation_split=2)
     for other in (one, two):
         assert np.array_equal(other["test"], base["test"])
         assert np.array_equal(np.sort(np.concatenate([other["train"], other["val"]])), np.sort(np.concatenate([base["train"], base["val"]])))
@@ -32,7 +32,7 @@ def test_a_resample_keeps_the_test_rows_and_redraws_train_and_validation_within_
         assert np.array_equal(np.bincount(strata[other["val"]], minlength=6), np.bincount(strata[base["val"]], minlength=6))
     assert not np.array_equal(one["val"], two["val"])
     with pytest.raises(ValueError, match="validation_split"):
-        split_indices(y, g, 0, -1)
+        split_indices(y, g, 0, validation_split=-1)
 
 
 def test_repeat_zero_is_the_protocol_as_before_and_a_later_repeat_searches_and_splits_afresh():

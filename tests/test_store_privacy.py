@@ -20,7 +20,7 @@ import pytest
 from dp_accounting import dp_event as ev
 from scipy.special import ndtr
 
-from raco_bench.data.catalog import TRAIN_ROWS
+from raco_bench.data.catalog import public_train_rows
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
 from raco_bench.privacy import events
@@ -31,14 +31,15 @@ from planted_bugs import STORE_BUGS  # noqa: E402
 from test_report import adult_store  # noqa: E402, F401 - the Adult smoke store (tests/stores.py), made in the background
 
 DELTA = 1e-5
-Q = 1024 / TRAIN_ROWS["adult"]
+ADULT_N = public_train_rows("adult")
+Q = 1024 / ADULT_N
 
 
 def dp_sgd_event(noise: float, steps: int):
     """A real DP-SGD run's event (its plugin's ``privacy_event``) on Adult at B = 1024."""
     method = get_method("dp-sgd")
     hyper = method.hyperparameters({"batch_size": 1024, "noise_multiplier": noise})
-    return method.privacy_event(hyper, TRAIN_ROWS["adult"], Budget(1.0, DELTA, steps, steps))
+    return method.privacy_event(hyper, ADULT_N, Budget(1.0, DELTA, steps, steps))
 
 
 def check_issue_figures(store) -> None:
@@ -58,7 +59,7 @@ def check_segments(store) -> None:
     own batches: independent): the group is one Gaussian of the summed precision while both run, then the longer alone."""
     short, long_, other = dp_sgd_event(3.0, 300), dp_sgd_event(5.0, 800), dp_sgd_event(4.0, 500)
     method = get_method("dp-sgd")
-    other = method.privacy_event(method.hyperparameters({"batch_size": 512, "noise_multiplier": 4.0}), TRAIN_ROWS["adult"],
+    other = method.privacy_event(method.hyperparameters({"batch_size": 512, "noise_multiplier": 4.0}), ADULT_N,
                                  Budget(1.0, DELTA, 500, 500))
     written = events.compose(ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(Q, ev.GaussianDpEvent((3.0**-2 + 5.0**-2) ** -0.5)), 300),
                              ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(Q, ev.GaussianDpEvent(5.0)), 500), other)

@@ -59,9 +59,21 @@ class CategoricalDomain:
         if len(set(self.levels)) != len(self.levels) or not self.levels:
             raise ValueError(f"a categorical vocabulary must be non-empty and without repeats: {self.levels}")
 
-    def encode(self, values: np.ndarray) -> np.ndarray:
-        text = np.asarray(values).astype(str)
-        return (text[:, None] == np.array(self.levels)[None, :]).astype(np.float64)
+    def codes(self, values) -> np.ndarray:
+        """Each value's index in the vocabulary (compared as text: the number 1 is the level "1"), -1 for a value outside it."""
+        import pandas as pd
+
+        series = values if isinstance(values, pd.Series) else pd.Series(np.asarray(values))
+        if not isinstance(series.dtype, pd.StringDtype):
+            series = series.astype(str)
+        return pd.Categorical(series, categories=self.levels).codes.astype(np.int64)
+
+    def encode(self, values) -> np.ndarray:
+        codes = self.codes(values)
+        out = np.zeros((codes.size, len(self.levels)))
+        known = np.flatnonzero(codes >= 0)
+        out[known, codes[known]] = 1.0
+        return out
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,7 @@ class PublicSchema:
     def check_columns(self, dataset: str, numeric: list[str], categorical: list[str]) -> None:
         missing = sorted(set(numeric) - set(self.numeric)) + sorted(set(categorical) - set(self.categorical))
         if missing:
-            raise ValueError(f"{dataset}: the public schema has no domain for column(s) {', '.join(missing)}; add them to the catalog")
+            raise ValueError(f"{dataset}: the public schema has no domain for column(s) {', '.join(missing)}; add them to its schema file")
 
 
 def binary(source: str) -> NumericDomain:

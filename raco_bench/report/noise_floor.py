@@ -55,12 +55,12 @@ def split_floor(split: EvalSplit, n_groups: int, n_classes: int, constraint: str
     return float(np.median(deviation)), float(np.quantile(deviation, 0.9))
 
 
-def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0, schema: str | None = None, data: str | None = None) -> pd.DataFrame:
     """The floor of ``dataset``'s validation and test splits under ``constraint`` (the sweeps' split, seed 0), one
-    row per split (:data:`COLUMNS`)."""
+    row per split (:data:`COLUMNS`); a user's dataset is read from its ``schema`` and ``data`` files."""
     from raco_bench.data import load_dataset
 
-    ds = load_dataset(dataset, download=False)
+    ds = load_dataset(dataset, download=False, schema=schema, data=data)
     problem = build_constraint(constraint, ds.n_groups, ds.n_classes, 0.0)
     rows = []
     for name in ("val", "test"):
@@ -73,10 +73,10 @@ def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def write_noise_floor(folder: Path, dataset: str, constraint: str) -> Path:
+def write_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None, data: str | None = None) -> Path:
     """Measure and write ``folder/noise_floor.csv`` (deterministic: the same file for the same split and constraint)."""
     path = folder / NOISE_FLOOR
-    noise_floor(dataset, constraint).round(4).to_csv(path, index=False)
+    noise_floor(dataset, constraint, schema=schema, data=data).round(4).to_csv(path, index=False)
     return path
 
 
@@ -96,17 +96,19 @@ def validation_floor(floor: pd.DataFrame | None) -> float:
     return float(val.iloc[0]) if len(val) else float("nan")
 
 
-def measured_noise_floor(folder: Path, dataset: str, constraint: str) -> tuple[pd.DataFrame | None, list[Path]]:
+def measured_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None,
+                         data: str | None = None) -> tuple[pd.DataFrame | None, list[Path]]:
     """``folder``'s floor for ``dataset`` and ``constraint``, measured and written first when it has none (seeded: the
     same file wherever it is made), and the files written. None when it has none and the dataset cannot be loaded
-    here (nothing is downloaded for a page)."""
+    here (nothing is downloaded for a page; a user's dataset whose ``schema`` or ``data`` file is not here)."""
     floor = read_noise_floor(folder, dataset, constraint)
     if floor is not None:
         return floor, []
+    from raco_bench.data import SchemaError
     from raco_bench.data.files import MissingDataError
 
     try:
-        path = write_noise_floor(folder, dataset, constraint)
-    except MissingDataError:
+        path = write_noise_floor(folder, dataset, constraint, schema, data)
+    except (MissingDataError, SchemaError):
         return None, []
     return read_noise_floor(folder, dataset, constraint), [path]

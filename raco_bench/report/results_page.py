@@ -58,6 +58,9 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
               f"- **Data:** {len(mine)} configurations trained ({int((mine['phase'] == 2).sum())} reported runs); "
               f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
               f"{part_bytes(page, part.sweep_id):,} bytes", ""]
+    if part.params.get("sweep.schema"):  # a dataset of the user's own: which files, and their digest (docs/datasets.md)
+        lines.insert(-1, f"- **Dataset files:** schema `{part.params['sweep.schema']}`, table `{part.params.get('sweep.data') or 'the one it names'}` "
+                         f"(sha256 of both: `{part.params.get('sweep.files_digest', 'not recorded')}`)")
     return lines
 
 
@@ -181,7 +184,8 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     study = Study.read(page)
     rows = study.rows
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
-    floor, measured = measured_noise_floor(page, dataset, constraint)
+    files = study.parts[0].params if study.parts else {}  # a user's dataset: its schema and table as the sweep logged them
+    floor, measured = measured_noise_floor(page, dataset, constraint, files.get("sweep.schema") or None, files.get("sweep.data") or None)
     refs = load_references(references, set(rows["dataset"]), constraint)
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"

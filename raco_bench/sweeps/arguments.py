@@ -10,8 +10,17 @@ from raco_bench.sweeps.configurations import CONFIG_RUNS_LIMIT
 from raco_bench.sweeps.spec import SweepSpec
 
 
-def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argparse.Namespace]:
-    p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
+def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -> tuple[SweepSpec, argparse.Namespace]:
+    """The sweep scripts' arguments over ``base``; ``command`` (``raco-bench sweep``) also takes the dataset and the constraint."""
+    if command:
+        p = argparse.ArgumentParser(prog="raco-bench sweep", description="Two-phase sweep on a catalog dataset (--dataset) or a table of your own "
+                                                                         "(--schema, --data), under one constraint.")
+        from raco_bench.constraints import BUILDERS
+
+        p.add_argument("--dataset", help="a catalog dataset (`raco-bench datasets` lists them), or give --schema for your own")
+        p.add_argument("--constraint", help=f"one of {', '.join(BUILDERS)} (default: {base.constraint})")
+    else:
+        p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
     b = base
     p.add_argument("--smoke", action="store_true",
                    help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
@@ -31,6 +40,9 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
                         "the train/validation split (the test split fixed) and the search, under a fresh key: a study's repeats are parts "
                         "with r = 0, 1, ... (docs/results.md, \"Repeats\")")
     p.add_argument("--yes", action="store_true", help="start a large sweep without asking (it asks only on a terminal)")
+    p.add_argument("--schema", help="sweep a dataset of your own: its schema file, YAML or TOML (docs/datasets.md, \"Your own data\"); "
+                                    "the dataset is the schema's name")
+    p.add_argument("--data", help="with --schema: its table, CSV or Parquet (default: the file the schema names as `table`)")
     p.add_argument("--experiment", help="MLflow experiment name (default: <dataset>-<constraint>)")
     p.add_argument("--preprocessing", choices=["public", "paper"],
                    help="public (default): feature domains from the catalog; paper: z-scoring from the rows, OUTSIDE the budget")
@@ -88,6 +100,15 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
         p.error(f"--max-failures must be >= 0, got {args.max_failures}")
     if args.smoke and args.demo:
         p.error("--smoke and --demo are two presets: pick one")
+    if args.data and not args.schema:
+        p.error(f"--data needs its schema file (--schema SCHEMA); draft one with `raco-bench schema draft {args.data}`")
+    if command:
+        if bool(args.dataset) == bool(args.schema):
+            p.error("name a catalog dataset (--dataset NAME) or a dataset of your own (--schema SCHEMA [--data TABLE]), one of them")
+        constraint = args.constraint or base.constraint
+        base = replace(base, dataset=args.dataset or base.dataset, constraint=constraint, experiment="",
+                       methods=base.methods if constraint == base.constraint else ())
+    base = base.with_user_data(args.schema, args.data) if args.schema else base
     spec = base.smoke() if args.smoke else base.demo() if args.demo else base
     overrides = {
         "epsilons": tuple(args.epsilons) if args.epsilons else None, "gammas": tuple(args.gammas) if args.gammas else None,

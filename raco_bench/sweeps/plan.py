@@ -66,6 +66,10 @@ class Trial(PlannedTrial, total=False):
     tuning_note: str
     epsilon_end_to_end: float
     train_metrics: bool
+    # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): its files and their digest
+    schema: str
+    data: str | None
+    files_digest: str
 
 
 PHASE2_SEED_OFFSET = 1000  # phase-2 seeds are fresh: never used in phase 1
@@ -85,6 +89,8 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
         "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
         "batch_draws": spec.draws, "validation_split": spec.repeat,
     }
+    if spec.schema:  # a user's dataset: where its files lie and their digest, checked by the trial
+        t.update(schema=spec.schema, data=spec.data or None, files_digest=spec.files_digest)
     t["trial_key"] = trial_key(t)
     return t
 

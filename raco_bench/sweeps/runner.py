@@ -71,7 +71,8 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     uri = tracking.resolve_tracking_uri(tracking_uri)
     tracking.check_reachable(uri)  # before the dataset is read and Ray starts: an unreachable store fails in seconds
-    ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing, validation_split=spec.repeat)
+    ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing, schema=spec.schema or None, data=spec.data or None,
+                      validation_split=spec.repeat)
     return ds, uri
 
 
@@ -539,10 +540,11 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
 EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
 
-def main(base: SweepSpec, argv: list[str] | None = None) -> int:
-    """Exit 0 when every phase is recorded in full; 130 when interrupted, 1 when a phase failed, 2 on bad input."""
+def main(base: SweepSpec, argv: list[str] | None = None, command: bool = False) -> int:
+    """Exit 0 when every phase is recorded in full; 130 when interrupted, 1 when a phase failed, 2 on bad input. ``command``:
+    ``raco-bench sweep``, which also takes the dataset and the constraint (:func:`~raco_bench.sweeps.arguments.parse_args`)."""
     try:
-        spec, args = parse_args(base, argv)
+        spec, args = parse_args(base, argv, command)
         run_sweep(spec, args)
     except PhaseIncomplete as exc:
         print(f"sweep: {exc}", file=sys.stderr, flush=True)

@@ -13,7 +13,8 @@ RUN = RunConfig()  # the run defaults a sweep shares: written once, in RunConfig
 TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers) | accounted tuning (docs/sweeps.md)
 SEARCHES = ("random", "tpe")  # phase 1's configurations: random draws | Optuna's TPE, asked in rounds (docs/sweeps.md, "Search")
 STEP_BUDGETS = ("noise", "steps", "either")  # σ searched, T from the accountant | T searched, σ calibrated | both (docs/sweeps.md)
-NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise", "repeat": 0}  # at these values a sweep keeps its id from before them
+NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise", "repeat": 0,  # at these values a sweep keeps its id from before them
+              "schema": "", "data": "", "files_digest": ""}
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,22 @@ class SweepSpec:
     search: str = "random"  # random: independent draws | tpe: Optuna's TPE (the papers' search), asked in rounds of search_batch
     search_batch: int = 25  # tpe: configurations asked per (method, ε, γ) and round (a round trains them all before the next ask)
     step_budget: str = "noise"  # noise: σ searched, T from the accountant | steps: T searched, σ calibrated | either: a searched choice
-    repeat: int = 0  # which repeat of the whole protocol: r > 0 resamples the train/validation split and the search (docs/results.md, "Repeats")
+    repeat: int = 0  # which repeat of the whole protocol: r > 0 resamples the train/validation split and the search (docs/results.md, "Repeats and intervals")
+    schema: str = ""  # a user's dataset (docs/datasets.md, "Your own data"): its schema file; dataset is then the schema's name
+    data: str = ""  # its table (CSV or Parquet); empty: the file the schema names
+    files_digest: str = ""  # the sha256 of the schema and table when the sweep started: every trial checks it (see with_user_data)
+
+    def with_user_data(self, schema: str, data: str | None = None) -> "SweepSpec":
+        """This sweep on a user's dataset: the schema's name, the files' absolute paths and their digest (a changed file is
+        a new sweep, and a trial refuses files that changed while the sweep runs)."""
+        from pathlib import Path
+
+        from raco_bench.data.catalog import dataset_schema, files_digest
+
+        parsed = dataset_schema(None, schema)
+        experiment = self.experiment if self.experiment != f"{self.dataset}-{self.constraint}" else ""
+        return replace(self, dataset=parsed.name, schema=str(Path(schema).expanduser().resolve()),
+                       data=str(Path(data).expanduser().resolve()) if data else "", files_digest=files_digest(schema, data), experiment=experiment)
 
     @property
     def search_seed(self) -> int:

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from raco_bench import tracking
-from raco_bench.data.catalog import TRAIN_ROWS
+from raco_bench.data.catalog import public_train_rows
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
 from raco_bench.privacy import events
@@ -32,14 +32,23 @@ def _number(value, default=None):
     return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _published_train_rows(row: dict) -> int | None:
+    """The training split's public size the run's accountant used (its schema's ``train_rows``), None when not declared."""
+    try:
+        return public_train_rows(row["dataset"], _number(row.get("schema")) or None)
+    except ValueError:  # a user's dataset whose schema the row does not name (SchemaError is a ValueError)
+        return None
+
+
 def release_of(row: dict) -> StoreRelease:
     """One recorded configuration (a row of :func:`raco_bench.sweeps.results.read_results`) as a release."""
     label = f"{row['method']} config {row['config_id']} seed {row['seed']}" + (f" eps {row['epsilon']:g}" if row.get("epsilon") else "")
     method = get_method(row["method"])
     if not method.private:
         return StoreRelease(None, None, label, "a non-private method: its model is a function of the rows with no noise")
-    if row["dataset"] not in TRAIN_ROWS:
-        return StoreRelease(None, None, label, f"dataset {row['dataset']!r} has no published training size")
+    n_train = _published_train_rows(row)
+    if n_train is None:
+        return StoreRelease(None, None, label, f"dataset {row['dataset']!r} declares no public training size (its schema's train_rows)")
     hyper = method.hyperparameters({**json.loads(row["params"] or "{}"), **json.loads(row["calibrated"] or "{}")})
     selection = None
     if row["checkpoint"] == "private":
@@ -50,7 +59,7 @@ def release_of(row: dict) -> StoreRelease:
     steps = int(row["steps"])
     budget = Budget(float(row["epsilon"]), float(row["delta"]), steps, steps, selection)
     try:
-        event = method.privacy_event(hyper, TRAIN_ROWS[row["dataset"]], budget)
+        event = method.privacy_event(hyper, n_train, budget)
     except events.UnsupportedEvent as exc:
         return StoreRelease(None, None, label, str(exc))
     batches = batch_stream_id(RunConfig(dataset=row["dataset"], seed=int(row["seed"]), batch_draws=str(row["batch_draws"] or "own")),

@@ -38,15 +38,23 @@ METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo
 
 
 @lru_cache(maxsize=4)
-def _dataset(name: str, split_seed: int, preprocessing: str, validation_split: int = 0):
+def _dataset(name: str, split_seed: int, preprocessing: str, schema: str | None = None, data: str | None = None, files_digest: str = "",
+             validation_split: int = 0):
+    """The pack's dataset; a user's files are checked against the digest the sweep started with (``files_digest``)."""
     from raco_bench.data import load_dataset
+    from raco_bench.data.catalog import files_digest as digest_of
 
-    return load_dataset(name, seed=split_seed, preprocessing=preprocessing, validation_split=validation_split)
+    if schema is not None and files_digest and digest_of(schema, data) != files_digest:
+        raise ValueError(f"the schema {schema} or its table {data or '(named by the schema)'} changed since the sweep started; restore them, "
+                         "or start a new sweep on the new files (a new sweep id)")
+    return load_dataset(name, seed=split_seed, preprocessing=preprocessing, schema=schema, data=data,
+                        validation_split=validation_split)
 
 
 NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
 PRIVACY_RUN_FIELDS = ("epsilon", "delta")
 SELECTION_RUN_FIELDS = ("selection_noise", "selection_checkpoints")
+USER_DATA_FIELDS = ("schema", "data")  # logged for a user's dataset only
 
 
 def run_params(config: dict, private: bool) -> dict:
@@ -54,7 +62,8 @@ def run_params(config: dict, private: bool) -> dict:
     settings appear only when the checkpoint rule uses them."""
     out = {}
     for k, v in config.items():
-        if k == "params" or (not private and k in PRIVACY_RUN_FIELDS) or (config.get("checkpoint") != "private" and k in SELECTION_RUN_FIELDS):
+        if k == "params" or (not private and k in PRIVACY_RUN_FIELDS) or (config.get("checkpoint") != "private" and k in SELECTION_RUN_FIELDS) \
+                or (k in USER_DATA_FIELDS and v is None):
             continue
         out[f"run.{k}"] = v
     return out
@@ -107,7 +116,7 @@ def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
-                                      "batch_draws", "validation_split")
+                                      "batch_draws", "schema", "data", "validation_split")
                 if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
@@ -253,7 +262,15 @@ def dataset_record(dataset) -> tracking.DatasetRecord:
 
 
 def log_dataset_input(uri: str, run_id: str, dataset) -> None:
+    """The run's dataset input; a user's dataset also tags the run with its schema file, its table and their sha256, and the
+    data's notes (values clipped to their range on the validation and test rows) are a tag too."""
     tracking.log_dataset(uri, run_id, dataset_record(dataset))
+    tags = {f"dataset.{k}": str(v) for k, v in dataset.origin.items() if k in ("schema", "schema_sha256", "table", "table_sha256")} \
+        if "table" in dataset.origin else {}
+    if dataset.data_notes:
+        tags["dataset.notes"] = " | ".join(dataset.data_notes)[:4900]
+    if tags:
+        tracking.set_tags(uri, run_id, tags)
 
 
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
@@ -318,7 +335,8 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     members = pack["members"]
     trained = [t for t in members if not t.get("skip")]
     cfgs = [run_config(t, device) for t in trained]
-    dataset = _dataset(first["dataset"], defaults.split_seed, defaults.preprocessing, defaults.validation_split)
+    dataset = _dataset(first["dataset"], defaults.split_seed, defaults.preprocessing, defaults.schema, defaults.data, first.get("files_digest", ""),
+                       defaults.validation_split)
     runs = [prepare_run(cfg, dataset, source=source) for cfg in cfgs]
     log_dataset_input(tracking_uri, run_id, dataset)
     live = tracking.LiveMetrics(tracking_uri, run_id, flush_every_s)

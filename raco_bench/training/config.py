@@ -49,6 +49,8 @@ class RunConfig:
     randomness: str = "secret"  # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
     train_metrics: bool = False  # release exact training-set metrics (OUTSIDE the budget, labelled); checkpoint=paper reads them anyway
     batch_draws: str = "own"  # own: Poisson batches from the run's own stream; shared: from one stream per seed (docs/packs.md, "Shared batches")
+    schema: str | None = None  # a user's dataset: its schema file (then dataset is the schema's name; docs/datasets.md, "Your own data")
+    data: str | None = None  # and its table (CSV or Parquet); None: the file the schema names as its table
     params: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -80,6 +82,8 @@ class RunConfig:
             raise ValueError(f"invalid validation_split={self.validation_split!r}: an integer >= 0 (0: the protocol's train/validation split)")
         if self.batch_draws not in BATCH_DRAWS:
             raise ValueError(f"invalid batch_draws={self.batch_draws!r}: choose one of {BATCH_DRAWS} (docs/packs.md, \"Shared batches\")")
+        if self.data is not None and self.schema is None:
+            raise ValueError(f"data={self.data!r} needs its schema file (--schema SCHEMA); draft one with `raco-bench schema draft {self.data}`")
         if self.randomness not in RANDOMNESS_MODES:
             raise ValueError(f"invalid randomness={self.randomness!r}: choose one of {RANDOMNESS_MODES} (docs/privacy.md, \"Threat model\")")
 
@@ -113,7 +117,8 @@ class RunConfig:
 
 
 # what does not change a run's draws: where it runs, how often it is evaluated, and what is released about it
-NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws")  # batch_draws: batch_stream_id
+NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws",  # batch_draws: batch_stream_id
+                "schema", "data")  # where a user's dataset lies: its name is the identity, as a catalog dataset's
 
 
 def batch_stream_id(cfg: RunConfig, hyperparameters: dict) -> int | None:

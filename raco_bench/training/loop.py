@@ -28,7 +28,7 @@ import torch
 
 from raco_bench.constraints import build_constraint
 from raco_bench.data import TabularDataset, load_dataset
-from raco_bench.data.catalog import TRAIN_ROWS
+from raco_bench.data.catalog import public_train_rows
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Context, Method
 from raco_bench.privacy.calibration import CalibrationCache
@@ -43,6 +43,8 @@ REPRODUCIBLE_NOTE = "noise reproducible from the logged seed: the epsilon holds 
 TRAIN_METRICS_NOTE = "exact training-set metrics released (train_* metrics and curves)"
 UNPUBLISHED_N_NOTE = ("n_train and q = B/n released exactly, and n is not the dataset's published split size: under add/remove "
                       "neighbours n tells D from D' (docs/privacy.md, \"Threat model\")")
+UNDECLARED_N_NOTE = ("n_train and q = B/n released exactly, and the dataset's schema declares no public training-split size (train_rows): "
+                     "under add/remove neighbours n tells D from D' (docs/privacy.md, \"Threat model\")")
 SPLITS = ("train", "val", "test")
 
 
@@ -91,9 +93,10 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
         raise ValueError(f"the run asks for randomness={cfg.randomness!r} but was given a {source.mode} word source")
     method = get_method(cfg.method)
     hyper = method.hyperparameters(cfg.params)
-    if dataset is None and cfg.dataset in TRAIN_ROWS:
-        method.check_train_size(hyper, TRAIN_ROWS[cfg.dataset])  # before the (slow) load
+    if dataset is None and (rows := public_train_rows(cfg.dataset, cfg.schema)) is not None:
+        method.check_train_size(hyper, rows)  # the schema's public size, before the (slow) load
     ds = dataset if dataset is not None else load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing,
+                                                          schema=cfg.schema, data=cfg.data,
                                                           validation_split=cfg.validation_split)
     if ds.preprocessing != cfg.preprocessing:
         raise ValueError(f"the dataset was encoded with preprocessing={ds.preprocessing!r} but the run asks for {cfg.preprocessing!r}")
@@ -124,8 +127,10 @@ def with_pipeline_labels(privacy: dict, ds: TabularDataset, cfg: RunConfig) -> d
         outside.append(TRAIN_METRICS_NOTE)
     if cfg.randomness == "reproducible" and privacy.get("private", False):
         outside.append(REPRODUCIBLE_NOTE)
-    if privacy.get("private", False) and ds.name in TRAIN_ROWS and len(ds.train) != TRAIN_ROWS[ds.name]:
-        outside.append(UNPUBLISHED_N_NOTE)  # the published size is what the threat model takes as public
+    if privacy.get("private", False) and ds.published_train_rows is None:
+        outside.append(UNDECLARED_N_NOTE)
+    elif privacy.get("private", False) and len(ds.train) != ds.published_train_rows:
+        outside.append(UNPUBLISHED_N_NOTE)  # the published size (the schema's train_rows) is what the threat model takes as public
     return {**privacy, "preprocessing": ds.preprocessing, "checkpoint_rule": cfg.checkpoint, "randomness": cfg.randomness,
             "checkpoint_rule_note": CHECKPOINT_RULES[cfg.checkpoint], "outside_budget": outside,
             "end_to_end": privacy.get("private", False) and not outside}
@@ -238,7 +243,8 @@ class RunRecorder:
             config=cfg.to_dict(),
             hyperparameters=run.method.applicable(ctx.hyper),
             dataset={"name": ds.name, "n_train": ctx.n_train, "n_val": len(ds.val), "n_test": len(ds.test), "n_features": ds.n_features,
-                     "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note},
+                     "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note,
+                     "notes": list(ds.data_notes)},
             privacy=ctx.privacy,
             steps=T,
             history=history,
