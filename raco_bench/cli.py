@@ -28,7 +28,8 @@ COMMANDS = {
     "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
                "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
-             "report-scale, preprocessing (accuracy cost of public domains), data (loading a large table under its schema)",
+             "report-scale, preprocessing (accuracy cost of public domains), data (loading a large table under its schema), store (the store's "
+             "epsilon of a paper-size sweep)",
 }
 
 
@@ -239,6 +240,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import audit_tightness
 
         return audit_tightness.main(args.rest)
+    if args.what == "store":
+        from raco_bench.benchmarks import store_scale
+
+        return store_scale.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
@@ -556,7 +561,7 @@ def _add_schema(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "data"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "data", "store"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 

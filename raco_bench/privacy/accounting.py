@@ -85,27 +85,28 @@ class StepMechanism:
         return self.histogram_sampling_rate or self.sampling_rate
 
 
-def _gaussian(sigma: float, q: float) -> PrivacyLossDistribution:
-    return pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=DISCRETIZATION)
+def _gaussian(sigma: float, q: float, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    return pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=discretization)
 
 
-def _laplace(scale: float, q: float) -> PrivacyLossDistribution:
-    return pld_lib.from_laplace_mechanism(scale, sampling_prob=q, value_discretization_interval=DISCRETIZATION)
+def _laplace(scale: float, q: float, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    return pld_lib.from_laplace_mechanism(scale, sampling_prob=q, value_discretization_interval=discretization)
 
 
 @lru_cache(maxsize=64)
-def step_pld(mech: StepMechanism) -> PrivacyLossDistribution:
-    """PLD of one step, exact for the sampling the trainer does."""
+def step_pld(mech: StepMechanism, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    """PLD of one step, exact for the sampling the trainer does (on the loss grid ``discretization``: the suite's for a
+    run; the store's ε takes a coarser one for a large store, :mod:`raco_bench.privacy.store`)."""
     if not mech.private:
         raise ValueError("a step without noise has no finite privacy loss distribution")
-    g, lap = mech.noise_multiplier, mech.laplace_scale
+    g, lap, d = mech.noise_multiplier, mech.laplace_scale, discretization
     if lap is None:
-        return _gaussian(g, mech.sampling_rate)
+        return _gaussian(g, mech.sampling_rate, d)
     if g is None:
-        return _laplace(lap, mech.hist_rate)
+        return _laplace(lap, mech.hist_rate, d)
     if mech.histogram_batch == "shared":
-        return shared_batch_pld(mech.sampling_rate, (g,), lap, DISCRETIZATION)
-    return _gaussian(g, mech.sampling_rate).compose(_laplace(lap, mech.hist_rate))
+        return shared_batch_pld(mech.sampling_rate, (g,), lap, d)
+    return _gaussian(g, mech.sampling_rate, d).compose(_laplace(lap, mech.hist_rate, d))
 
 
 @lru_cache(maxsize=64)

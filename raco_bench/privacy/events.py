@@ -121,31 +121,33 @@ def _rdp(event: ev.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def pld(event: ev.DpEvent) -> PrivacyLossDistribution:
-    """The PLD of ``event`` (add/remove adjacency, the suite's discretisation)."""
+def pld(event: ev.DpEvent, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    """The PLD of ``event`` (add/remove adjacency, on the loss grid ``discretization``: the suite's unless a caller asks
+    for a coarser one)."""
+    d = discretization
     if isinstance(event, ev.GaussianDpEvent):
-        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=DISCRETIZATION)
+        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=d)
     if isinstance(event, ev.LaplaceDpEvent):
-        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=DISCRETIZATION)
+        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=d)
     if isinstance(event, ev.PoissonSampledDpEvent) and isinstance(event.event, (ev.GaussianDpEvent, ev.LaplaceDpEvent)):
         inner, q = event.event, event.sampling_probability
         gauss = isinstance(inner, ev.GaussianDpEvent)
-        return step_pld(StepMechanism(q, inner.noise_multiplier if gauss else None, None if gauss else inner.noise_multiplier))
+        return step_pld(StepMechanism(q, inner.noise_multiplier if gauss else None, None if gauss else inner.noise_multiplier), d)
     if isinstance(event, SharedBatchStepEvent):
-        return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale))
+        return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale), d)
     if isinstance(event, ev.SelfComposedDpEvent):
-        return pld(event.event).self_compose(event.count)
+        return pld(event.event, d).self_compose(event.count)
     if isinstance(event, ev.ComposedDpEvent) and event.events:
-        out = pld(event.events[0])
+        out = pld(event.events[0], d)
         for e in event.events[1:]:
-            out = out.compose(pld(e))
+            out = out.compose(pld(e, d))
         return out
     raise UnsupportedEvent(f"the PLD accountant of raco_bench.privacy.events does not represent {type(event).__name__}"
                            + (" (a zCDP statement names no mechanism; convert it with the RDP curve)" if isinstance(event, ev.ZCDpEvent) else ""))
 
 
-def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld") -> float:
-    """ε of ``event`` at ``delta``: by its PLD ("pld") or by converting its RDP curve ("rdp")."""
+def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld", discretization: float = DISCRETIZATION) -> float:
+    """ε of ``event`` at ``delta``: by its PLD ("pld", on the loss grid ``discretization``) or by converting its RDP curve ("rdp")."""
     if isinstance(event, ev.NonPrivateDpEvent):
         return float("inf")
     if isinstance(event, ev.NoOpDpEvent):
@@ -154,4 +156,4 @@ def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld") -> float:
         return rdp_to_epsilon(ORDERS, rdp(event), delta)
     if accountant != "pld":
         raise ValueError(f"unknown accountant {accountant!r}: 'pld' or 'rdp'")
-    return float(pld(event).get_epsilon_for_delta(delta))
+    return float(pld(event, discretization).get_epsilon_for_delta(delta))

@@ -22,10 +22,12 @@ COLUMNS = [
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
     "selection_noise", "selection_checkpoints",  # checkpoint=private: what the store's ε composes (raco_bench/sweeps/store_privacy.py)
+    "batch_stream", "key_id",  # the batches a configuration drew: its stream (empty: its own) under its key's fingerprint (the store's ε)
 ]
 OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end")  # None when absent
 INTEGER = ("phase", "config_id", "seed")
-TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": ""}  # for an empty cell
+TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": "", "batch_stream": "",
+                 "key_id": ""}  # for an empty cell
 ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what the run read outside the budget is unknown
 
 

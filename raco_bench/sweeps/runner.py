@@ -51,8 +51,9 @@ from raco_bench.sweeps.plan import (
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
-from raco_bench.sweeps.store_privacy import record_store_epsilon, store_metrics, store_text, sweep_store_epsilon
+from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
+from raco_bench.sweeps.tune_storage import drop_pack_folders, experiment_name, experiment_prefix, trial_name
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
@@ -151,6 +152,11 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
     import ray
 
     resources, _ = _resources(args)
+    stale = tracking.drop_other_key_runs(uri, experiment_id, spec.sweep_id, phase, tracking.key_id(key))  # a resume under a new key
+    if stale:
+        folders = drop_pack_folders(storage, experiment_prefix(spec.experiment, spec.sweep_id, phase), stale)
+        print(f"[sweep] phase {phase}: {len(stale)} packs an attempt under another key left incomplete were deleted with all they "
+              f"recorded, in MLflow and in Tune's storage ({len(folders)} trial folders); they train anew under this key", flush=True)
     todo = not_recorded(trials, uri, experiment_id, spec, phase)
     slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
@@ -199,7 +205,7 @@ def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, ar
                              key=key, checkpoint_every_s=args.pack_checkpoint_s),  # the secret key travels in Ray's object store
         resources,
     )
-    name = f"{spec.experiment}-{spec.sweep_id}-phase{phase}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{attempt}"
+    name = experiment_name(spec.experiment, spec.sweep_id, phase, os.getpid(), attempt)
     tuner = tune.Tuner(
         trainable,
         param_space={"pack": tune.grid_search(packs)},
@@ -220,8 +226,7 @@ def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, ar
 
 
 def _trial_name(trial) -> str:
-    p = trial.config["pack"]
-    return f"p{p['phase']}-{p['method']}-{len(p['members'])}-{p['pack_key'][:8]}"
+    return trial_name(trial.config["pack"])
 
 
 GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
@@ -381,22 +386,23 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
-    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every run of both phases
     elapsed = time.perf_counter() - t0
     n_trials = len(trials1) + len(trials2)
-    text += f"\n{store_text(store)}\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
+    text += f"\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
-    record_store_epsilon(uri, parent2, store)
     tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
     tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
           f"(named <method>.eps=<eps>.gamma=<gamma>.{spec.experiment})", flush=True)
+    store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent2)  # every run of both phases, once all is logged
+    print(store, flush=True)
+    tracking.log_text(uri, parent2, f"{text}\n{store}", "summary.txt")
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
                                                 "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions,
-                                                **store_metrics(store)})
+                                                **store_values})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 
@@ -493,19 +499,20 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     results = phase_results(uri, experiment_id, spec, 1)
     releases = select_released(spec, results)
     text, rows = summarize_released(spec, releases, results)
-    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every candidate the store holds
     elapsed = time.perf_counter() - t0
-    text += f"\n{store_text(store)}\n{len(trials)} configurations in {elapsed:.0f}s"
+    text += f"\n{len(trials)} configurations in {elapsed:.0f}s"
     print(text, flush=True)
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
-    record_store_epsilon(uri, parent, store)
     released = [asdict(r) for r in releases]
     tracking.log_text(uri, parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT)
     tracking.log_text(uri, parent, text, "summary.txt")
+    store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent)  # every candidate the store holds
+    print(store, flush=True)
+    tracking.log_text(uri, parent, f"{text}\n{store}", "summary.txt")
     ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials), "completed": len(results), "released": sum(r.trial_key is not None for r in releases),
                                                 "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {}),
-                                                **store_metrics(store)})
+                                                **store_values})
     return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
 
 

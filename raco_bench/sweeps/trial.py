@@ -365,6 +365,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         for child in reversed(children[k]) if children else []:  # views first: the trained run completes last
             child.close(t, result, metrics, params, tags, tracking_uri, dataset)  # a view's view_of tag is set when it is created
         row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
+        row_tags.update(batch_stream=_stream_text(runs[k].ctx.batch_stream_id), key_id=key_id)  # the batches it drew: the store's ε
         rows.append(table_row(t, children[k][0].run_id if children else run_id, metrics, row_tags))
         curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
         arrays.update({f"{t['trial_key']}/reported/{k}": v for k, v in result.reported_params.items()})
@@ -381,6 +382,11 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
                            {**env_tags, "outside_budget": rows[0].get("outside_budget", "none") if rows else "none"}, {},
                            {name: Path(tmp) / name for name in (tracking.PACK_TABLE, "curves.csv.gz", "weights.npz")})
     return summary
+
+
+def _stream_text(stream: int | None) -> str:
+    """The batch stream a configuration drew its Poisson batches from, as its row records it (empty: its own stream)."""
+    return "" if stream is None else f"batches-{stream & (2**64 - 1):016x}"
 
 
 def pack_summary(table) -> dict:
