@@ -107,6 +107,15 @@ def store_metrics(figures: dict[str, StoreEpsilon]) -> dict[str, float]:
             "store_epsilon_end_to_end": 1.0 if s.end_to_end else 0.0}
 
 
+def store_summary(record: dict) -> dict:
+    """The figures a study part keeps of a store's ε (a :class:`~raco_bench.privacy.store.StoreEpsilon` as recorded, its
+    ``end_to_end`` included): the whole store's, the private runs', the own-batches and largest per-run ε, whether it is end
+    to end, δ, the runs, those without a record-level claim, and what the runs list outside their budget."""
+    return {"epsilon": record["epsilon"], "private_only": record["private_only"], "own_batches": record["independent"],
+            "largest_run": record["largest_run"], "end_to_end": bool(record["end_to_end"]), "delta": record["delta"], "runs": record["runs"],
+            "without_claim": len(record["not_record_level"]), "outside_budget": list(record["outside_budget"])}
+
+
 def record_store_epsilon(uri: str, parent: str, figures: dict[str, StoreEpsilon]) -> None:
     """State the store's ε on a phase parent as a tag and a JSON record (its metrics, :func:`store_metrics`, go with the
     phase's own when it finishes)."""
