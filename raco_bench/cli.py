@@ -26,7 +26,8 @@ COMMANDS = {
     "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
                "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
-             "report-scale, preprocessing (accuracy cost of public domains)",
+             "report-scale, preprocessing (accuracy cost of public domains), audit (white-box tightness), tuning (T left by accounted tuning, "
+             "privacy profiles against RDP)",
 }
 
 
@@ -193,6 +194,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import audit_tightness
 
         return audit_tightness.main(args.rest)
+    if args.what == "tuning":
+        from raco_bench.benchmarks import tuning_steps
+
+        return tuning_steps.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
@@ -496,7 +501,7 @@ def _add_results(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "tuning"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 

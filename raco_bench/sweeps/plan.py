@@ -64,6 +64,7 @@ class Trial(PlannedTrial, total=False):
     tuning_runs: int
     tuning_note: str
     epsilon_end_to_end: float
+    epsilon_end_to_end_rdp: float
     train_metrics: bool
 
 

@@ -41,7 +41,7 @@ class SweepSpec:
     selection_checkpoints: int = RUN.selection_checkpoints  # checkpoint=private: competing checkpoints per run
     tuning: str = "not-accounted"  # not-accounted: the two-phase protocol | accounted: private random search (docs/sweeps.md)
     tuning_mean: float = 10.0  # accounted: E[K], the mean number of configurations per search
-    tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
+    tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic; inf: K ~ Poisson)
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
     randomness: str = RUN.randomness  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
     batch_draws: str = "auto"  # auto: shared batches per seed, own under accounted tuning | own | shared (docs/packs.md, "Shared batches")
@@ -56,6 +56,13 @@ class SweepSpec:
         if self.batch_draws != "auto":
             return self.batch_draws
         return "own" if self.tuning == "accounted" else "shared"
+
+    @property
+    def rounds(self):
+        """Accounted tuning: the distribution of K, the number of runs of each search."""
+        from raco_bench.privacy.rounds import Rounds
+
+        return Rounds.of(self.tuning_mean, self.tuning_shape)
 
     @property
     def selection(self):
@@ -117,8 +124,8 @@ class SweepSpec:
                                  f"use --checkpoint private (the default with --tuning accounted), not {self.checkpoint!r}")
             if not (self.tuning_mean > 1 and math.isfinite(self.tuning_mean)):
                 raise ValueError(f"invalid tuning mean {self.tuning_mean!r}: E[K] must be a finite number > 1")
-            if not (self.tuning_shape >= 0 and math.isfinite(self.tuning_shape)):
-                raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a finite number >= 0")
+            if not self.tuning_shape >= 0:
+                raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a number >= 0 (inf: K ~ Poisson)")
             if self.tuning_repeats < 1:
                 raise ValueError(f"tuning_repeats must be >= 1, got {self.tuning_repeats}")
             if self.batch_draws == "shared":
