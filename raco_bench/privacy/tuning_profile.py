@@ -205,21 +205,12 @@ def hockey_stick(pld, eps: np.ndarray) -> np.ndarray:
 
 
 def run_pld(event):
-    """The PLD of a run's event, its compositions built here and not kept: :func:`raco_bench.privacy.events.pld` caches
-    every event it composes, and accounted tuning probes hundreds of T (each a PLD of up to a few MB); the parts (one
-    step, one selection release) still come from that cache."""
-    from dp_accounting import dp_event as ev
-
+    """The PLD of a run's event, its compositions built here and not kept: :func:`raco_bench.privacy.events.pld` keeps every
+    PLD it builds, and accounted tuning probes hundreds of T (each a PLD of up to a few MB). One step's PLD is still kept
+    (:func:`raco_bench.privacy.accounting.step_pld`)."""
     from raco_bench.privacy import events
 
-    if isinstance(event, ev.SelfComposedDpEvent):
-        return run_pld(event.event).self_compose(event.count)
-    if isinstance(event, ev.ComposedDpEvent) and event.events:
-        out = run_pld(event.events[0])
-        for part in event.events[1:]:
-            out = out.compose(run_pld(part))
-        return out
-    return events.pld(event)
+    return events.build_pld(event, run_pld)
 
 
 def search_epsilon(event, rounds: Rounds, delta: float) -> tuple[float, ProfilePoints]:
