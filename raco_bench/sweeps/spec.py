@@ -113,7 +113,7 @@ class SweepSpec:
         if self.step_budget not in STEP_BUDGETS:
             raise ValueError(f"invalid step_budget={self.step_budget!r}: choose one of {STEP_BUDGETS}")
         if self.tuning == "accounted" and self.search != "random":
-            raise ValueError("accounted tuning's guarantee (Theorem 2) needs K independent runs of one fixed random search, and TPE chooses "
+            raise ValueError("accounted tuning's guarantee (the privacy-profile bound) needs K independent runs of one fixed random search, and TPE chooses "
                              "each configuration from the results of the earlier ones: use --search random (the default) with --tuning accounted")
         if self.tuning == "accounted" and self.step_budget != "noise":
             raise ValueError("accounted tuning calibrates its reference run's T from the budget (docs/sweeps.md, \"Accounted tuning\"): "
@@ -129,7 +129,7 @@ class SweepSpec:
             if self.tuning_repeats < 1:
                 raise ValueError(f"tuning_repeats must be >= 1, got {self.tuning_repeats}")
             if self.batch_draws == "shared":
-                raise ValueError("accounted tuning's guarantee (Theorem 2) needs independent runs, and runs with shared batch draws are not "
+                raise ValueError("accounted tuning's guarantee (the privacy-profile bound) needs independent runs, and runs with shared batch draws are not "
                                  "independent of each other: use --batch-draws own (the default with --tuning accounted)")
 
     @property
