@@ -28,7 +28,8 @@ COMMANDS = {
     "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
                "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
-             "report-scale, preprocessing (accuracy cost of public domains), data (loading a large table under its schema)",
+             "report-scale, preprocessing (accuracy cost of public domains), audit (white-box tightness), tuning (T left by accounted tuning, "
+             "privacy profiles against RDP), one-run (the one-run audit under both bounds), data (loading a large table under its schema)",
 }
 
 
@@ -239,6 +240,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import audit_tightness
 
         return audit_tightness.main(args.rest)
+    if args.what == "tuning":
+        from raco_bench.benchmarks import tuning_steps
+
+        return tuning_steps.main(args.rest)
+    if args.what == "one-run":
+        from raco_bench.benchmarks import one_run_bounds
+
+        return one_run_bounds.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
@@ -361,11 +370,15 @@ def _audit_one_run(args: argparse.Namespace, uri: str | None) -> list[dict]:
     from raco_bench.audit.records import log_audit
 
     audit = OneRunAudit(method=args.method, dataset=args.dataset, epsilon=args.epsilon, delta=args.delta, canaries=args.canaries,
-                        steps=args.steps, confidence=args.confidence, params=tuple(_parse_sets(args.set).items()), seed=args.seed)
+                        steps=args.steps, confidence=args.confidence, params=tuple(_parse_sets(args.set).items()), seed=args.seed,
+                        bounds=tuple(args.bounds))
     audit.validate()
     torch.set_num_threads(args.threads)
     result = run_one_run(audit)
     print(result.summary(), flush=True)
+    if args.save_scores:
+        Path(args.save_scores).write_text(json.dumps(result.score_record()))
+        print(f"wrote {args.save_scores}")
     row = {"method": audit.method, "dataset": audit.dataset, **result.metrics()}
     if uri is not None:
         row["mlflow_run_id"] = log_audit(uri, "one-run", result.params(), result.metrics(), result.note())
@@ -498,10 +511,17 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
                    help="method hyperparameter override, repeatable (default: batch_size=256)")
     _audit_common(r)
 
-    o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)")
+    o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023; the f-DP "
+                                         "bound of Mahloujifar, Melis & Chaudhuri 2025 beside it)")
     d1 = _audit_run_args(o, OneRunAudit(), list(METHOD_NAMES), "claimed epsilon of the run")
     o.add_argument("--canaries", type=int, default=d1.canaries, help="canaries m: one new feature column each (default: %(default)s)")
     o.add_argument("--steps", type=int, default=None, help="steps T of the run (default: the most the budget allows, as in training)")
+    o.add_argument("--bounds", nargs="+", default=list(d1.bounds), choices=["snj", "fdp", "fdp-dp"],
+                   help="the lower bounds to state, all from the same canaries and guesses; the first is the headline epsilon_audited: "
+                        "snj = Steinke, Nasr & Jagielski; fdp = f-DP (Mahloujifar, Melis & Chaudhuri) under the Gaussian trade-off "
+                        "hypothesis, as jax-privacy computes it; fdp-dp = f-DP under the (epsilon, delta) curve (default: %(default)s)")
+    o.add_argument("--save-scores", default=None, metavar="PATH",
+                   help="write every canary's score and inclusion (JSON) so that any implementation can re-audit them (default: none)")
 
 
 def _audit_run_args(a: argparse.ArgumentParser, d, methods: list[str], epsilon_help: str):
@@ -556,7 +576,8 @@ def _add_schema(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "data"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "tuning", "one-run",
+                                    "data"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 

@@ -122,7 +122,13 @@ def _rdp(event: ev.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def pld(event: ev.DpEvent) -> PrivacyLossDistribution:
-    """The PLD of ``event`` (add/remove adjacency, the suite's discretisation)."""
+    """The PLD of ``event`` (add/remove adjacency, the suite's discretisation), kept with its parts' for the next call."""
+    return build_pld(event, pld)
+
+
+def build_pld(event: ev.DpEvent, part) -> PrivacyLossDistribution:
+    """The PLD of ``event``, with each part of a composition from ``part`` (:func:`pld`, which keeps every PLD it builds; or
+    a builder that keeps none, for callers that probe many compositions)."""
     if isinstance(event, ev.GaussianDpEvent):
         return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=DISCRETIZATION)
     if isinstance(event, ev.LaplaceDpEvent):
@@ -134,11 +140,11 @@ def pld(event: ev.DpEvent) -> PrivacyLossDistribution:
     if isinstance(event, SharedBatchStepEvent):
         return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale))
     if isinstance(event, ev.SelfComposedDpEvent):
-        return pld(event.event).self_compose(event.count)
+        return part(event.event).self_compose(event.count)
     if isinstance(event, ev.ComposedDpEvent) and event.events:
-        out = pld(event.events[0])
+        out = part(event.events[0])
         for e in event.events[1:]:
-            out = out.compose(pld(e))
+            out = out.compose(part(e))
         return out
     raise UnsupportedEvent(f"the PLD accountant of raco_bench.privacy.events does not represent {type(event).__name__}"
                            + (" (a zCDP statement names no mechanism; convert it with the RDP curve)" if isinstance(event, ev.ZCDpEvent) else ""))

@@ -97,8 +97,8 @@ def privacy_caption(df: pd.DataFrame) -> str:
         ends = sorted({round(float(e), 3) for e in accounted["epsilon_end_to_end"].dropna()})
         tuning = (f"Hyperparameter tuning IS privacy-accounted: each private method's point is the model released by a private "
                   f"{accounted['tuning_note'].iloc[0]} (non-private methods are searched the same way, spending nothing); ε is that model's "
-                  f"end-to-end ε, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: the figure "
-                  "shows several repetitions and budgets, which together spend more.")
+                  f"end-to-end ε by privacy profiles, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: "
+                  "the figure shows several repetitions and budgets, which together spend more.")
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
     a_only = " A-only DP protects only the group (x and y public): NOT comparable with record DP." if any("A-only" in n for n in notions) else ""

@@ -51,10 +51,11 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
                         "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
     p.add_argument("--tuning", choices=["not-accounted", "accounted"],
                    help="not-accounted (default): the papers' two-phase protocol, tuning outside the budget (stated on every figure); "
-                        "accounted: private random search with K ~ truncated negative binomial, selection on noisy validation scores, "
+                        "accounted: private random search with K ~ truncated negative binomial or Poisson, selection on noisy validation scores, "
                         "the released model's end-to-end epsilon is the budget (raco-dp, dp-sgd and non-private methods)")
     p.add_argument("--tuning-mean", type=float, help=f"accounted: mean number of configurations E[K] per search (default: {b.tuning_mean:g})")
-    p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
+    p.add_argument("--tuning-shape", type=float,
+                   help=f"accounted: eta of K's distribution, 1 = geometric, 0 = logarithmic, inf = Poisson (default: {b.tuning_shape:g})")
     p.add_argument("--tuning-repeats", type=int,
                    help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
     p.add_argument("--randomness", choices=list(RANDOMNESS_MODES),

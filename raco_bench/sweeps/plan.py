@@ -65,6 +65,7 @@ class Trial(PlannedTrial, total=False):
     tuning_runs: int
     tuning_note: str
     epsilon_end_to_end: float
+    epsilon_end_to_end_rdp: float
     train_metrics: bool
     # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): its files and their digest
     schema: str

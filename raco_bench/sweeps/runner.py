@@ -484,14 +484,14 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed))
     for (method, eps), ref in refs.items():
         if ref is not None:
-            print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}); "
+            print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: {spec.rounds.describe()}; "
                   f"the reference run (defaults) takes {ref.knob or 'its fixed run'}{'=%g' % ref.value if ref.value is not None else ''}; "
-                  f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
-                  f"(delta {spec.delta:g}), tuning included", flush=True)
+                  f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} by privacy profiles "
+                  f"(delta {spec.delta:g}), tuning included; the RDP theorem would state {ref.epsilon_rdp:.4f}", flush=True)
     confirm(spec, len(trials), args, ray.cluster_resources().get("CPU", 1.0))
     run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
     results = phase_results(uri, experiment_id, spec, 1)
-    releases = select_released(spec, results)
+    releases = select_released(spec, results, refs)
     text, rows = summarize_released(spec, releases, results)
     store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every candidate the store holds
     elapsed = time.perf_counter() - t0
@@ -523,16 +523,18 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
         chosen = [by_key[r.trial_key] for r in rels if r.trial_key is not None]
         acc = [c["test_accuracy"] for c in chosen]
         con = [c["test_max_constraint"] for c in chosen]
-        rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon": eps, "gamma": gamma, "repeats": len(rels),
+        rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon_end_to_end_rdp": rels[0].epsilon_end_to_end_rdp,
+                     "epsilon": eps, "gamma": gamma, "repeats": len(rels),
                      "released": len(chosen), "mean_K": mean([r.runs for r in rels]), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
                      "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
     lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
-             f"K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}), {spec.tuning_repeats} repetitions):",
-             f"{'method':9s} {'e2e eps':>8s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
+             f"{spec.rounds.describe()}, {spec.tuning_repeats} repetitions; e2e eps by privacy profiles, RDP figure beside it):",
+             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
              f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
-        lines.append(f"{r['method']:9s} {e2e:>8s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
+        rdp = "-" if r["epsilon_end_to_end_rdp"] is None else f"{r['epsilon_end_to_end_rdp']:.3f}"
+        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
     return "\n".join(lines), rows
 

@@ -152,8 +152,9 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
         noisy = next((e for e in result.selection_releases if e["step"] == reported.get("step", result.steps)), None)
     if noisy:  # checkpoint=private: the selected checkpoint's released noisy validation scores (what accounted tuning selects on)
         metrics.update(noisy_val_accuracy=float(noisy["noisy_val_accuracy"]), noisy_val_max_constraint=float(noisy["noisy_val_max_constraint"]))
-    if trial.get("epsilon_end_to_end") is not None:
-        metrics["epsilon_end_to_end"] = float(trial["epsilon_end_to_end"])
+    for key in ("epsilon_end_to_end", "epsilon_end_to_end_rdp"):  # accounted tuning: the claim (privacy profiles), the RDP figure beside it
+        if trial.get(key) is not None:
+            metrics[key] = float(trial[key])
     if p.get("epsilon_separate_composition_reference") is not None:
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
     params = {**run_params(result.config, p["private"]), **result.hyperparameters}
