@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from raco_bench import usage
 from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.sweeps.configurations import CONFIG_RUNS_LIMIT
 from raco_bench.sweeps.spec import SweepSpec
@@ -73,7 +74,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--pack-size", type=int, default=None,
                    help="configurations trained together in one Ray trial (default: chosen from the sweep size and the device; 1 trains each alone)")
     p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
-    args = p.parse_args(argv)
+    args = usage.parse_args(p, argv)  # an unknown flag: the usage and the closest flag the sweep knows
     if args.pack_size is not None and args.pack_size < 1:
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")
     if not args.pack_checkpoint_s > 0:

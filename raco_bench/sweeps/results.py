@@ -21,6 +21,7 @@ COLUMNS = [
     "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
+    "test_top_class_share", "test_constant_accuracy", "test_rows", "passes",  # what the health verdict reads (raco_bench.training.health)
 ]
 OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end")  # None when absent
 INTEGER = ("phase", "config_id", "seed")

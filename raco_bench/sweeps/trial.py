@@ -30,11 +30,13 @@ import numpy as np
 from raco_bench import tracking
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
+from raco_bench.training.health import passes
 
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
-METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
+METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied", "top_class_share")
+HEALTH, HEALTH_NOTE = "health", "health_note"  # the reported model's verdict (raco_bench.training.health): a tag, a column
 
 
 @lru_cache(maxsize=4)
@@ -138,6 +140,10 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
     p = result.privacy
     metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"], eval_s=result.timing.get("eval_s", math.nan),
                    reported_step=float(reported.get("step", result.steps)))
+    # what the health verdict is judged from, so that a report judges a selected configuration's mean by the same rules
+    ds = result.dataset
+    metrics.update(test_constant_accuracy=ds["constant_accuracy"]["test"], val_constant_accuracy=ds["constant_accuracy"]["val"],
+                   test_rows=float(ds["n_test"]), passes=passes(result.steps, result.hyperparameters.get("batch_size"), ds["n_train"]))
     noisy = reported.get("noisy_validation")
     if not noisy and result.selection_releases:  # no checkpoint met the constraints: the last iterate, released at step T too
         noisy = next((e for e in result.selection_releases if e["step"] == reported.get("step", result.steps)), None)
@@ -161,7 +167,7 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
     tags = {"checkpoint": cfg["checkpoint"], "checkpoint_note": reported["rule_note"], "privacy_notion": str(p.get("notion")),
             "randomness": cfg["randomness"],
             "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(outside_budget(trial, p)) or "none",
-            "method_style": ",".join(get_method(cfg["method"]).style)}
+            "method_style": ",".join(get_method(cfg["method"]).style), HEALTH: result.health["verdict"], HEALTH_NOTE: result.health["text"]}
     return metrics, params, tags
 
 

@@ -64,37 +64,64 @@ def phase_run_name(sweep_id: str, phase: int) -> str:
     return f"phase {phase}: {PHASE_TITLES.get(phase, 'phase')} (sweep {sweep_id[:8]})"
 
 
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_STORE = "the default: ./mlflow.db in the working directory"
+
+
+def tracking_uri_source(uri: str | None = None) -> tuple[str, str]:
+    """(tracking URI, where it came from): ``--tracking-uri``, ``$MLFLOW_TRACKING_URI`` or the default SQLite file in the
+    working directory, so that an error about the store can say which setting to change."""
+    if uri:
+        return uri, "--tracking-uri"
+    if os.environ.get(TRACKING_URI_ENV):
+        return os.environ[TRACKING_URI_ENV], f"${TRACKING_URI_ENV}"
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}", DEFAULT_STORE
+
+
 def resolve_tracking_uri(uri: str | None = None) -> str:
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    uri, origin = tracking_uri_source(uri)
     if uri.startswith("file:") or "://" not in uri:
         raise ValueError(
-            f"tracking URI {uri!r} points at MLflow's file store, which MLflow 3 refuses; use a SQLite file "
+            f"tracking URI {uri!r} (from {origin}) points at MLflow's file store, which MLflow 3 refuses; use a SQLite file "
             "(sqlite:///path/mlflow.db, the default) or an MLflow server (http://host:5000)"
         )
     return uri
 
 
-def require_existing_store(uri: str) -> None:
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, None for any other store."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def require_existing_store(uri: str, origin: str = "--tracking-uri") -> None:
     """Readers (reports) never create a store: a SQLite URI must name an existing file."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-        if not path.is_file():
-            raise ValueError(f"no MLflow store at {path}: run a sweep there first, or pass --tracking-uri to the store that holds it")
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no MLflow store at {path} (from {origin}): run a sweep there first, or pass --tracking-uri to the store that holds it")
 
 
 REACH_TIMEOUT_S = 3.0  # a tracking server that does not answer /health within this is reported before anything starts
 
 
-def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """Fail fast, with the fix, on a store that cannot be written: a SQLite file whose folder does not exist, or a
-    tracking server that does not answer (MLflow's own client retries for minutes before it gives up)."""
+def _change(origin: str) -> str:
+    """How to change a tracking URI that came from ``origin``."""
+    if origin.startswith("$"):
+        return f"pass the right --tracking-uri or change {origin}"
+    return "pass the right --tracking-uri (default: sqlite:///./mlflow.db)"
+
+
+def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S, origin: str = "--tracking-uri") -> None:
+    """Fail fast, with the fix, on a store that cannot be reached: a SQLite file whose folder does not exist, or a
+    tracking server that does not answer (MLflow's own client retries for minutes before it gives up). ``origin`` is
+    where the URI came from (:func:`tracking_uri_source`), named in the error. Whether the store can be written is
+    :mod:`raco_bench.preflight`'s check."""
     import urllib.error
     import urllib.request
 
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
-        if not folder.is_dir():
-            raise ValueError(f"the folder of the tracking store {uri} does not exist; create {folder} or pass another --tracking-uri")
+    path = sqlite_path(uri)
+    if path is not None:
+        if not path.parent.is_dir():
+            raise ValueError(f"the folder of the tracking store {uri} (from {origin}) does not exist; create {path.parent} or {_change(origin)}")
         return
     if not uri.startswith(("http://", "https://")):
         return  # another scheme (databricks, …): MLflow's client reports its own errors
@@ -105,8 +132,8 @@ def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
         return  # the server answered (an older server without /health, or behind a proxy): reachable
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ValueError(f"the tracking server {uri} is unreachable ({reason}); start it (mlflow server --host 127.0.0.1 --port PORT) "
-                         "or pass the right --tracking-uri (default: sqlite:///./mlflow.db)") from None
+        raise ValueError(f"the tracking server {uri} (from {origin}) is unreachable ({reason}); start it (mlflow server --host 127.0.0.1 "
+                         f"--port PORT) or {_change(origin)}") from None
 
 
 def client(uri: str):
@@ -146,6 +173,18 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts" / experiment).as_uri()
     return None
+
+
+def artifact_root(uri: str, experiment: str) -> str | None:
+    """Where ``experiment``'s artifacts go: the location the store records for it (a store copied from elsewhere keeps
+    its old absolute paths), else the location a new experiment gets (:func:`artifact_location`; None: the server's
+    default). A SQLite store is read only if its file exists (a client would create it)."""
+    path = sqlite_path(uri)
+    if path is None or path.is_file():
+        exp = retry(lambda: client(uri).get_experiment_by_name(experiment))
+        if exp is not None:
+            return exp.artifact_location
+    return artifact_location(uri, experiment)
 
 
 def use_wal(uri: str) -> None:
