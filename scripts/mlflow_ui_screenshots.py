@@ -6,6 +6,7 @@ Without ``--store`` it first runs a smoke sweep (Adult, RaCO-DP, DP-FERMI, SGD a
 0.1) in a temporary folder. It starts ``mlflow ui`` on the store (its own process, stopped at the end, nothing else),
 then saves, under ``--out`` (default ``mlflow_ui_screenshots/``):
 
+0. ``0_experiment.png``: the experiment as the UI opens it, with nothing set (no filter, no column chosen);
 1. ``1_phase2_at_gamma.png``: the experiment's runs filtered to the phase-2 runs of every method at one γ
    (``tags.gamma``), RaCO-DP and DP-FERMI side by side;
 2. ``2_compare.png``: RaCO-DP's and DP-FERMI's among those runs, at one ε, in the compare view;
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from raco_bench import tracking  # noqa: E402
 
+UI_START_S = 600.0  # mlflow ui starts in seconds on an idle machine; a loaded one can take minutes (the wait ends when it answers)
 SMOKE = ["--smoke", "--methods", "raco-dp", "dp-fermi", "sgd", "dp-postprocess", "--gammas", "0.05", "0.1", "--yes"]
 
 
@@ -59,7 +61,7 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
     mlflow = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or "mlflow"
     proc = subprocess.Popen([mlflow, "ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
+    deadline = time.time() + UI_START_S
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
@@ -67,7 +69,7 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     stop(proc)
-    raise SystemExit("mlflow ui did not answer within 60 s")
+    raise SystemExit(f"mlflow ui did not answer within {UI_START_S:.0f} s")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -132,6 +134,7 @@ def main() -> None:
     try:
         base = f"http://127.0.0.1:{port}/#"
         query = lambda **kw: urllib.parse.urlencode(kw, quote_via=urllib.parse.quote)  # noqa: E731
+        screenshot(chromium, f"{base}/experiments/{eid}", args.out / "0_experiment.png")
         screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=phase2), args.out / "1_phase2_at_gamma.png")
         ids = [r.info.run_id for r in compared(runs)]
         screenshot(chromium, f"{base}/compare-runs?" + query(runs=json.dumps(ids), experiments=json.dumps([eid])), args.out / "2_compare.png",

@@ -345,6 +345,20 @@ def test_the_overlap_check_finds_colliding_text_and_passes_separate_text():
     plt.close(fig)
 
 
+def drawn_figure(draw):
+    """The figure that ``draw()`` saves, kept open (figures.save closes it) for the test to read; close it after."""
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)
+    try:
+        draw()
+    finally:
+        plt.close = original
+    return captured["fig"]
+
+
 def test_the_marker_check_finds_a_hidden_point_and_the_figure_sets_it_apart(tmp_path):
     """A planted hidden point (one marker drawn over another at the same spot) is reported, touching markers are not;
     a Pareto figure whose two methods' selected points coincide sets one apart sideways, says so in its key, and
@@ -367,14 +381,8 @@ def test_the_marker_check_finds_a_hidden_point_and_the_figure_sets_it_apart(tmp_
              "test_error": 0.2, "test_error_sd": 0.001} for m in ("raco-dp", "dp-fermi")]
     df = pd.DataFrame({"method": ["raco-dp", "dp-fermi"], "privacy_notion": ["record-level add/remove DP"] * 2, "delta": [1e-5] * 2,
                        "checkpoint": ["last"] * 2, "outside_budget": ["none"] * 2, "style": ["#0072B2,o", "#D55E00,s"]})
-    captured = {}
-    original = plt.close
-    plt.close = lambda fig=None: captured.setdefault("fig", fig)
-    try:
-        tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "violation", "error", "t")
-    finally:
-        plt.close = original
-    fig = captured["fig"]
+    fig = drawn_figure(lambda: tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "violation",
+                                               "error", "t"))
     assert overlapping_markers(fig) == []
     assert any("1 selected point(s) set apart sideways" in t.get_text().replace("\n", " ") for t in fig.texts)
     plt.close(fig)

@@ -65,12 +65,15 @@ def overlapping_texts(fig, tolerance_px: float = TOLERANCE_PX) -> list[tuple[str
     return found
 
 
-def warn_overlaps(fig, name: str) -> list[tuple[str, str]]:
-    pairs = overlapping_texts(fig)
+def _warn(pairs: list[tuple[str, str]], name: str, what: str) -> list[tuple[str, str]]:
     if pairs:
         shown = "; ".join(f"{a!r} over {b!r}" for a, b in pairs[:5])
-        warnings.warn(LayoutWarning(f"{name}: {len(pairs)} overlapping text pair(s): {shown}"), stacklevel=3)
+        warnings.warn(LayoutWarning(f"{name}: {len(pairs)} overlapping {what} pair(s): {shown}"), stacklevel=3)
     return pairs
+
+
+def warn_overlaps(fig, name: str) -> list[tuple[str, str]]:
+    return _warn(overlapping_texts(fig), name, "text")
 
 
 # ------------------------------------------------------------------------------------------ markers
@@ -115,8 +118,4 @@ def overlapping_markers(fig) -> list[tuple[str, str]]:
 
 
 def warn_marker_overlaps(fig, name: str) -> list[tuple[str, str]]:
-    pairs = overlapping_markers(fig)
-    if pairs:
-        shown = "; ".join(f"{a!r} over {b!r}" for a, b in pairs[:5])
-        warnings.warn(LayoutWarning(f"{name}: {len(pairs)} overlapping marker pair(s): {shown}"), stacklevel=3)
-    return pairs
+    return _warn(overlapping_markers(fig), name, "marker")

@@ -17,7 +17,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None) -> tuple[SweepSpec, argp
     p.add_argument("--smoke", action="store_true",
                    help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
     p.add_argument("--demo", action="store_true",
-                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (about 1.5 minutes on 2 cores)")
+                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (its measured time: README)")
     p.add_argument("--epsilons", type=float, nargs="+", help=f"privacy budgets (default: {' '.join(map(str, b.epsilons))})")
     p.add_argument("--gammas", type=float, nargs="+", help=f"constraint slacks (default: {' '.join(map(str, b.gammas))})")
     p.add_argument("--methods", nargs="+", help=f"registered methods (default: {' '.join(b.methods)})")

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from raco_bench import preflight, tracking
 from raco_bench.packs.memory import DataShape
@@ -297,41 +298,42 @@ def sd(xs: list[float]) -> float:
 
 @dataclass(frozen=True)
 class Column:
-    """A column of the summary table: its header, its width and its cell for a selection's row (a dict of
-    :func:`summarize`'s rows). One more column is one more entry of :data:`SUMMARY_COLUMNS`."""
+    """A column of the summary table: its header, its cell for a selection's row (a dict of :func:`summarize`'s rows),
+    its alignment. A column is as wide as its widest cell. One more column is one more entry of :data:`SUMMARY_COLUMNS`."""
 
     header: str
-    width: int
     cell: Callable[[dict], str]
     left: bool = False
 
-    def format(self, text: str) -> str:
-        return f"{text:{'<' if self.left else '>'}{self.width}s}"
-
 
 SUMMARY_COLUMNS = (
-    Column("method", 9, lambda r: r["method"], left=True),
-    Column("eps", 5, lambda r: str(r["epsilon"])),
-    Column("gamma", 6, lambda r: f"{r['gamma']:g}"),
-    Column("config", 6, lambda r: str(r["config_id"])),
-    Column("feasible", 9, lambda r: r["feasible_configs"]),
-    Column("test acc (mean ± sd)", 22, lambda r: f"{r['test_accuracy_mean']:.4f} ± {r['test_accuracy_sd']:.4f}"),
-    Column("test constraint", 15, lambda r: f"{r['test_constraint_mean']:.4f}"),
-    Column("meets gamma", 11, lambda r: f"{r['share_meeting_gamma']:.2f}"),
-    Column("health", 6, lambda r: r["health"], left=True),  # raco_bench.training.health: ok, or the rules it breaks
+    Column("method", lambda r: r["method"], left=True),
+    Column("eps", lambda r: str(r["epsilon"])),
+    Column("gamma", lambda r: f"{r['gamma']:g}"),
+    Column("config", lambda r: str(r["config_id"])),
+    Column("feasible", lambda r: r["feasible_configs"]),
+    Column("test acc (mean ± sd)", lambda r: f"{r['test_accuracy_mean']:.4f} ± {r['test_accuracy_sd']:.4f}"),
+    Column("test constraint", lambda r: f"{r['test_constraint_mean']:.4f}"),
+    Column("meets gamma", lambda r: f"{r['share_meeting_gamma']:.2f}"),
+    Column("health", lambda r: r["health"], left=True),  # raco_bench.training.health: ok, or the rules it breaks
 )
 UNSELECTED = 5  # columns an unselected row fills (method to feasible) before its reason
 
 
 def summary_lines(rows: list[dict], columns: tuple[Column, ...] = SUMMARY_COLUMNS) -> list[str]:
-    """The header and a line per row; a row without a configuration says why after its first :data:`UNSELECTED` cells."""
-    lines = [" ".join(c.format(c.header) for c in columns)]
-    for r in rows:
+    """The header and a line per row, each column as wide as its widest cell; a row without a configuration says why
+    after its first :data:`UNSELECTED` cells."""
+    cells = [[c.cell({**r, "config_id": "-"}) if r["config_id"] is None and i < UNSELECTED else ("" if r["config_id"] is None else c.cell(r))
+              for i, c in enumerate(columns)] for r in rows]
+    widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    line = lambda texts: " ".join(f"{t:{'<' if c.left else '>'}{w}s}" for c, w, t in zip(columns, widths, texts)).rstrip()  # noqa: E731
+    lines = [line([c.header for c in columns])]
+    for r, row in zip(rows, cells):
         if r["config_id"] is None:
-            lines.append(" ".join(c.format(c.cell({**r, "config_id": "-"})) for c in columns[:UNSELECTED]) + "   no configuration met gamma on "
-                         "validation" + (f" ({r['failed_configs']} excluded: a phase-1 seed failed)" if r["failed_configs"] else ""))
+            lines.append(line(row[:UNSELECTED]) + "   no configuration met gamma on validation"
+                         + (f" ({r['failed_configs']} excluded: a phase-1 seed failed)" if r["failed_configs"] else ""))
         else:
-            lines.append(" ".join(c.format(c.cell(r)) for c in columns))
+            lines.append(line(row))
     return lines
 
 
@@ -353,8 +355,8 @@ def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) 
     lines = [f"Selected configurations ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}):", *summary_lines(rows)]
     flagged = [r for r in rows if r["health"] not in ("", OK)]
     if flagged:
-        lines.append("Health (docs/results.md, \"Health of a result\"): selection may pick a model the rules flag; these are not worth "
-                     "reading as they stand:")
+        lines.append("Health (docs/results.md, \"Health of a result\"): selection may pick a model the rules flag, and it did here "
+                     "(a constant or one-class predictor, or too few steps, is not worth reading; a capped one could have trained longer):")
         lines += [f"  {r['method']} eps {r['epsilon']} gamma {r['gamma']:g}: {r['health_note']}" for r in flagged]
     lines += looser_gamma_notes(rows)
     return "\n".join(lines), rows
@@ -441,6 +443,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     if done is not None:  # before Ray starts: a rerun of a finished sweep trains nothing and says so
         print(f"[sweep] nothing to train: sweep {spec.sweep_id} is complete (use a new --tracking-uri or --experiment for a fresh sweep)\n"
               f"{done}", flush=True)
+        print("\n".join(ui_links(uri, tracking.experiment_id(uri, spec.experiment), spec)), flush=True)
         return {"trials": 0, "seconds": 0.0, "rows": [], "tracking_uri": uri}
     if args.resume:
         print(f"[sweep] resuming sweep {spec.sweep_id}: what MLflow holds is kept, the rest is trained", flush=True)
@@ -454,7 +457,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                  logging_level=logging.INFO if args.verbose else logging.WARNING)
-    experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
+    experiment_id = tracking.get_or_create_experiment(uri, spec.experiment, sweep_description(spec))
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
     parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     record_provenance(uri, parent1, ray.cluster_resources())
@@ -489,6 +492,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
           f"(named <method>.eps=<eps>.gamma=<gamma>.{spec.experiment})", flush=True)
+    print("\n".join(ui_links(uri, experiment_id, spec)), flush=True)
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed, "trained": trained,
                                                 "trials_per_minute": 60 * trained / elapsed, "registered_versions": versions})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
@@ -517,6 +521,37 @@ def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: s
     trials = phase1_trials(spec, n_train)
     train(trials)
     return trials, trained[0]
+
+
+def sweep_description(spec: SweepSpec) -> str:
+    """The experiment's description in the MLflow UI: what it holds and where to look first."""
+    return (f"Sweeps of {spec.dataset} under {spec.constraint} (raco-bench, docs/sweeps.md). The runs to compare are the top-level runs "
+            "named '<method> eps=<ε> gamma=<γ> config=<id> seed=<seed>': each selected configuration on fresh phase-2 seeds, with its "
+            "test metrics and health verdict (tag health) and its model; search tags.gamma = '0.05' to line every method up at one γ. "
+            "Phase 1 (one run per configuration, the packs) is under the parent run 'phase 1: search'; the selected models are in "
+            "the Model Registry as <method>.eps=<ε>.gamma=<γ>.<experiment>. A sweep prints ready links to these pages when it ends.")
+
+
+def ui_links(uri: str, experiment_id: str, spec: SweepSpec) -> list[str]:
+    """Ready links into the MLflow UI (docs/sweeps.md, "MLflow"): per γ, the phase-2 runs of every method (the runs table,
+    filtered) and their compare view (every metric and param side by side); per selected model, its registry entry."""
+    from raco_bench.sweeps.registry import registered_name
+
+    phase2 = (f"tags.`{tracking.SWEEP_ID}` = '{spec.sweep_id}' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.KIND}` = 'trial'")
+    runs = tracking.search_all(uri, [experiment_id], phase2)
+    how = "open" if uri.startswith(("http://", "https://")) else f"start `mlflow ui --backend-store-uri {uri}`, then open"
+    lines = [f"[sweep] MLflow UI ({how}):"]
+    for gamma in sorted({r.data.tags.get("gamma", "") for r in runs} - {"", "none"}, key=float):
+        at = [r for r in runs if r.data.tags.get("gamma") == gamma]
+        query = f"{phase2} and tags.gamma = '{gamma}'"
+        lines.append(f"  phase 2 at gamma {gamma} ({len(at)} runs): {tracking.ui_url(uri, f'experiments/{experiment_id}/runs', searchFilter=query)}")
+        compare = tracking.ui_url(uri, "compare-runs", runs=json.dumps([r.info.run_id for r in at]), experiments=json.dumps([experiment_id]))
+        lines.append(f"    compared: {compare}")
+    epsilon = lambda tags: None if tags.get("epsilon") in (None, "None") else float(tags["epsilon"])  # noqa: E731
+    models = sorted({registered_name(spec.experiment, r.data.tags["method"], epsilon(r.data.tags), float(r.data.tags["gamma"]))
+                     for r in runs if r.data.tags.get("gamma", "none") != "none"})
+    lines += [f"  registry: {name}: {tracking.ui_url(uri, 'models/' + quote(name, safe=''))}" for name in models]
+    return lines
 
 
 def rate_line(trained: int, planned: int, seconds: float) -> str:

@@ -260,6 +260,10 @@ def log_dataset_input(uri: str, run_id: str, dataset) -> None:
     tracking.log_dataset(uri, run_id, dataset_record(dataset))
 
 
+TRAIN_DESCRIPTION = ("Runs of `raco-bench train`, one per command, named '<method> eps=<ε> gamma=<γ> seed=<seed>': params, final and "
+                     "step-indexed metrics, the health verdict (tag health), weights and the reported model (docs/results.md).")
+
+
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
     """Log one `raco-bench train` run as a sweep logs a phase-2 configuration: params, final metrics, tags, step-indexed
     curves, config.json, weights and the reported model as a pyfunc model. Returns the run id."""
@@ -274,8 +278,8 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
                  tracking.DESCRIPTION: f"raco-bench train: {cfg['method']} on {cfg['dataset']} ({cfg['constraint']}), "
                                        f"{tracking.eps_text(trial['epsilon'])}, gamma={tracking.gamma_text(gamma)}, seed {cfg['seed']}.",
                  **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
-    exp = tracking.get_or_create_experiment(uri, experiment)
-    name = f"{tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} {cfg['method']} seed={cfg['seed']}"
+    exp = tracking.get_or_create_experiment(uri, experiment, TRAIN_DESCRIPTION)
+    name = f"{cfg['method']} {tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} seed={cfg['seed']}"
     run_id = tracking.create_run(uri, exp, name, tags)
     live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
     live.add([p for entry in result.history for p in history_points(entry)])

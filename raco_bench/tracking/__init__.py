@@ -42,6 +42,7 @@ SOURCE_NAME = "mlflow.source.name"  # what the UI shows as the run's (and its lo
 VIEW_OF = "raco_bench.view_of"  # a γ view's trained run (a γ-free method selected for several γ: docs/sweeps.md, "MLflow")
 CONFIG_KEY = "raco_bench.config_key"  # a phase-1 configuration's run (mean over its seeds)
 PHASE_TITLES = {1: "search", 2: "selected configurations"}
+PHASE_PARENT = "raco_bench.phase_parent"  # a phase-2 run's phase parent (phase-2 runs are top-level: docs/sweeps.md, "MLflow")
 
 
 def eps_text(epsilon) -> str:
@@ -199,16 +200,36 @@ def use_wal(uri: str) -> None:
                 con.execute("PRAGMA journal_mode=WAL")
 
 
-def get_or_create_experiment(uri: str, name: str) -> str:
+EXPERIMENT_KIND = "mlflow.experimentKind"  # what the MLflow 3 UI opens an experiment on: its runs, not the GenAI overview
+CLASSIC_ML = "custom_model_development"
+
+
+def get_or_create_experiment(uri: str, name: str, description: str = "") -> str:
+    """The experiment ``name``, created if absent, marked as a classic ML experiment (so that the UI opens it on its
+    runs, without asking) and given ``description`` (the UI's experiment description) unless it has one."""
     c = client(uri)
     exp = retry(lambda: c.get_experiment_by_name(name))
     if exp is not None:
         if exp.lifecycle_stage != "active":
             raise ValueError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore) or pick another name")
-        return exp.experiment_id
-    exp_id = retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
-    use_wal(uri)
+        exp_id = exp.experiment_id
+    else:
+        exp_id = retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
+        use_wal(uri)
+    held = {} if exp is None else exp.tags
+    for key, value in ((EXPERIMENT_KIND, CLASSIC_ML), (DESCRIPTION, description)):
+        if value and key not in held:
+            retry(lambda key=key, value=value: c.set_experiment_tag(exp_id, key, value))
     return exp_id
+
+
+def ui_url(uri: str, path: str, **query: str) -> str:
+    """A link into the MLflow UI of the store ``uri``: the server itself, or ``mlflow ui``'s default address for a SQLite
+    file (started with ``mlflow ui --backend-store-uri <uri>``)."""
+    from urllib.parse import quote, urlencode
+
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
 def search_all(uri: str, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
@@ -356,18 +377,21 @@ def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial:
     ``gamma`` is the γ the run is selected for (default: the trial's own). A γ-free method selected for several γ trains
     once and gets one run per γ: the first holds the training, each other one (``view_of`` its run id, keyed
     ``trial_key@gamma``) carries the same results under its γ, so that filtering ``tags.gamma`` lines every method up.
+    A phase-2 run is a top-level run (the runs a researcher compares are in view without expanding a parent), linked
+    to its phase parent by the tag :data:`PHASE_PARENT`; other runs are children of ``parent_id``.
     ``redo_complete``: a complete run of another key is deleted and created anew (see :func:`_get_or_create_keyed_run`)."""
     gamma = trial["gamma"] if gamma is None else gamma
     key_value = trial["trial_key"] + (f"@gamma={gamma_text(gamma)}" if view_of else "")
+    parent = {PHASE_PARENT: parent_id} if trial["phase"] == 2 else {"mlflow.parentRunId": parent_id}  # phase 2: top-level, in view
     tags = {**({KEY_ID: key} if key is not None else {}),
-            "mlflow.parentRunId": parent_id, TRIAL_KEY: key_value, SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
+            **parent, TRIAL_KEY: key_value, SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
         KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
         "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": gamma_text(gamma),
         "trained_with_gamma": "yes" if trial["gamma"] is not None else "no", SOURCE_NAME: sweep_source(trial.get("experiment", "")),
         DESCRIPTION: trial_description(trial, gamma, view_of),
         **({VIEW_OF: view_of} if view_of else {}),
     }
-    name = f"{eps_text(trial['epsilon'])} gamma={gamma_text(gamma)} {trial['method']} config={trial['config_id']} seed={trial['seed']}"
+    name = f"{trial['method']} {eps_text(trial['epsilon'])} gamma={gamma_text(gamma)} config={trial['config_id']} seed={trial['seed']}"
     return _get_or_create_keyed_run(uri, experiment_id, TRIAL_KEY, tags, name, redo_complete)
 
 
