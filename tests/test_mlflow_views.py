@@ -103,13 +103,15 @@ def test_a_gamma_free_winner_has_a_run_per_gamma_with_its_dataset_and_model(tmp_
     experiment = c.get_experiment(exp)
     assert experiment.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"
     tracking.get_or_create_experiment(uri, spec.experiment, sweep_description(spec))
-    assert "top-level runs named '<method> eps=<ε> gamma=<γ>" in c.get_experiment(exp).tags[tracking.DESCRIPTION]
+    description = c.get_experiment(exp).tags[tracking.DESCRIPTION]
+    assert "top-level runs named like 'raco-dp eps=1 gamma=0.05" in description and "<" not in description  # the UI renders <…> as HTML
     register_selected(uri, exp, spec, sels)
     links = ui_links(uri, exp, spec)
     assert links[0].startswith(f"[sweep] MLflow UI (start `mlflow ui --backend-store-uri {uri}`")
     at = [line for line in links if line.startswith("  phase 2 at gamma ")]
     assert [line.split(" (")[0] for line in at] == ["  phase 2 at gamma 0.1", "  phase 2 at gamma 0.2"] and all("(1 runs)" in x for x in at)
-    assert all("http://127.0.0.1:5000/#/experiments/" + exp + "/runs?searchFilter=" in x for x in at) and "tags.gamma%20%3D%20%270.1%27" in at[0]
+    assert all(f"http://127.0.0.1:5000/#/experiments/{exp}/runs?workflowType=machine_learning&searchFilter=" in x for x in at)
+    assert "tags.gamma%20%3D%20%270.1%27" in at[0]
     compare = [line for line in links if line.startswith("    compared: ")]
     assert len(compare) == 2 and trained2.info.run_id in compare[0] and view2.info.run_id in compare[1]
     models = [line for line in links if line.startswith("  registry: ")]

@@ -526,10 +526,11 @@ def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: s
 def sweep_description(spec: SweepSpec) -> str:
     """The experiment's description in the MLflow UI: what it holds and where to look first."""
     return (f"Sweeps of {spec.dataset} under {spec.constraint} (raco-bench, docs/sweeps.md). The runs to compare are the top-level runs "
-            "named '<method> eps=<ε> gamma=<γ> config=<id> seed=<seed>': each selected configuration on fresh phase-2 seeds, with its "
-            "test metrics and health verdict (tag health) and its model; search tags.gamma = '0.05' to line every method up at one γ. "
-            "Phase 1 (one run per configuration, the packs) is under the parent run 'phase 1: search'; the selected models are in "
-            "the Model Registry as <method>.eps=<ε>.gamma=<γ>.<experiment>. A sweep prints ready links to these pages when it ends.")
+            "named like 'raco-dp eps=1 gamma=0.05 config=3 seed=1000' (method, ε, γ, configuration, seed): each selected configuration "
+            "on fresh phase-2 seeds, with its test metrics, its health verdict (tag health) and its model; search tags.gamma = '0.05' "
+            "to line every method up at one γ. Phase 1 (one run per configuration, the packs) is under the parent run 'phase 1: "
+            f"search'; the selected models are in the Model Registry, named like raco-dp.eps=1.gamma=0.05.{spec.experiment}. A sweep "
+            "prints ready links to these pages when it ends (Training runs, in the Model training mode).")
 
 
 def ui_links(uri: str, experiment_id: str, spec: SweepSpec) -> list[str]:

@@ -260,8 +260,8 @@ def log_dataset_input(uri: str, run_id: str, dataset) -> None:
     tracking.log_dataset(uri, run_id, dataset_record(dataset))
 
 
-TRAIN_DESCRIPTION = ("Runs of `raco-bench train`, one per command, named '<method> eps=<ε> gamma=<γ> seed=<seed>': params, final and "
-                     "step-indexed metrics, the health verdict (tag health), weights and the reported model (docs/results.md).")
+TRAIN_DESCRIPTION = ("Runs of raco-bench train, one per command, named like 'raco-dp eps=1 gamma=0.05 seed=0' (method, ε, γ, seed): "
+                     "params, final and step-indexed metrics, the health verdict (tag health), weights and the reported model (docs/results.md).")
 
 
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:

@@ -223,12 +223,16 @@ def get_or_create_experiment(uri: str, name: str, description: str = "") -> str:
     return exp_id
 
 
-def ui_url(uri: str, path: str, **query: str) -> str:
-    """A link into the MLflow UI of the store ``uri``: the server itself, or ``mlflow ui``'s default address for a SQLite
-    file (started with ``mlflow ui --backend-store-uri <uri>``)."""
+def ui_url(uri: str, path: str, base: str | None = None, **query: str) -> str:
+    """A link into the MLflow UI of the store ``uri`` (at ``base``, default: the server itself, or ``mlflow ui``'s default
+    address for a SQLite file, started with ``mlflow ui --backend-store-uri <uri>``). An experiment's page opens in the
+    UI's model-training mode (``workflowType=machine_learning``): MLflow 3's UI otherwise opens in its GenAI mode, on an
+    empty traces overview, until the browser has been switched once."""
     from urllib.parse import quote, urlencode
 
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    base = base or (uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000")
+    if path.startswith("experiments/"):
+        query = {"workflowType": "machine_learning", **query}
     return f"{base}/#/{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
