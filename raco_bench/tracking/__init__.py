@@ -200,13 +200,13 @@ def use_wal(uri: str) -> None:
                 con.execute("PRAGMA journal_mode=WAL")
 
 
-EXPERIMENT_KIND = "mlflow.experimentKind"  # what the MLflow 3 UI opens an experiment on: its runs, not the GenAI overview
+EXPERIMENT_KIND = "mlflow.experimentKind"  # a classic ML experiment (MLflow 3.17's UI mode is still the browser's: see ui_url)
 CLASSIC_ML = "custom_model_development"
 
 
 def get_or_create_experiment(uri: str, name: str, description: str = "") -> str:
-    """The experiment ``name``, created if absent, marked as a classic ML experiment (so that the UI opens it on its
-    runs, without asking) and given ``description`` (the UI's experiment description) unless it has one."""
+    """The experiment ``name``, created if absent, marked as a classic ML experiment and given ``description`` (the UI's
+    experiment description) unless it has one."""
     c = client(uri)
     exp = retry(lambda: c.get_experiment_by_name(name))
     if exp is not None:
