@@ -43,17 +43,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raco_bench.data.catalog import TRAIN_ROWS
+    from raco_bench.data import DATASETS
+    from raco_bench.data.catalog import public_train_rows
     from raco_bench.sweeps.accounted import RunFamily
     from raco_bench.training.config import RunConfig
 
     args = parse(argv or [])
-    if args.dataset not in TRAIN_ROWS:
-        raise ValueError(f"unknown dataset {args.dataset!r}: one of {', '.join(TRAIN_ROWS)}")
+    if args.dataset not in DATASETS or public_train_rows(args.dataset) is None:
+        raise ValueError(f"unknown dataset {args.dataset!r}: one of {', '.join(DATASETS)}")
     method = get_method(args.method)
     if not method.private:
         raise ValueError(f"method {args.method!r} is not private: its tuning spends nothing")
-    n_train, run = TRAIN_ROWS[args.dataset], RunConfig()
+    n_train, run = public_train_rows(args.dataset), RunConfig()
     defaults = sample_configs(method, 1, n_train, 0)[0]
     print(f"accounted tuning of {args.method}'s default configuration on {args.dataset} (n = {n_train}) at end-to-end epsilon "
           f"{args.epsilon:g}, delta {args.delta:g}; {platform.processor() or platform.machine()}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from raco_bench import usage
 from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.sweeps.configurations import CONFIG_RUNS_LIMIT
 from raco_bench.sweeps.spec import SweepSpec
@@ -25,7 +26,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     p.add_argument("--smoke", action="store_true",
                    help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
     p.add_argument("--demo", action="store_true",
-                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (about 1.5 minutes on 2 cores)")
+                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (its measured time: README)")
     p.add_argument("--epsilons", type=float, nargs="+", help=f"privacy budgets (default: {' '.join(map(str, b.epsilons))})")
     p.add_argument("--gammas", type=float, nargs="+", help=f"constraint slacks (default: {' '.join(map(str, b.gammas))})")
     p.add_argument("--methods", nargs="+", help=f"registered methods (default: {' '.join(b.methods)})")
@@ -90,7 +91,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     p.add_argument("--pack-size", type=int, default=None,
                    help="configurations trained together in one Ray trial (default: chosen from the sweep size and the device; 1 trains each alone)")
     p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
-    args = p.parse_args(argv)
+    args = usage.parse_args(p, argv)  # an unknown flag: the usage and the closest flag the sweep knows
     if args.pack_size is not None and args.pack_size < 1:
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")
     if not args.pack_checkpoint_s > 0:

@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 from raco_bench.methods import get_method
 from raco_bench.methods.space import sample_configs
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.training.health import constant_predictor_accuracy
 
 
 class PlannedTrial(TypedDict):
@@ -183,26 +184,6 @@ class Selection:
 
 
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
-
-
-def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:
-    """The best accuracy of a constant, possibly randomised, binary predictor that meets ``constraint`` at slack γ, on
-    labels whose share of positives is ``positive_rate``: the bar a trained model must not fall below (docs/sweeps.md,
-    "Seeds that fail").
-
-    * demographic parity, equalized odds: every constant predictor has zero gaps, so the bar is the majority rate;
-    * false-negative rate ≤ γ: predicting positive with probability p has FNR 1 − p, so p ≥ 1 − γ and the best such
-      predictor reaches max(γ·r₀ + (1 − γ)·r₁, r₁), with r₀, r₁ the negative and positive rates;
-    * any other constraint: None (no constant predictor is known to meet it; only divergence counts as failure).
-    """
-    r1 = float(positive_rate)
-    r0 = 1.0 - r1
-    if constraint in ("demographic-parity", "equalized-odds"):
-        return max(r0, r1)
-    if constraint == "false-negative-rate":
-        g = min(max(float(gamma), 0.0), 1.0)
-        return max(g * r0 + (1.0 - g) * r1, r1)
-    return None
 
 
 def failure_baseline(constraint: str, val_labels) -> Baseline:

@@ -9,7 +9,8 @@ its max and the max violation max(0, max_j Γ_j − γ_j), whether every constra
 max; the demographic-parity gap max_k (max_a − min_a) P(ŷ=k | a), the equalized-odds gap
 max_{y,k} (max_a − min_a) P(ŷ=k | y, a) (both over non-empty cells; for binary tasks these are
 fairlearn's demographic_parity_difference and equalized_odds_difference), for binary tasks the
-false-negative rate P(ŷ=0 | y=1), and the bounded-group-loss family: each sensitive group's mean
+false-negative rate P(ŷ=0 | y=1), the share of the most predicted class (``top_class_share``, what the health verdict's
+one-class rule reads, :mod:`raco_bench.training.health`), and the bounded-group-loss family: each sensitive group's mean
 cross-entropy of the model's predictive distribution softmax(τz) (``group_losses``) and its maximum
 (``worst_group_loss``, docs/methods/budget-tailoring.md), for every method. Those and the soft max
 (:data:`LOSS_METRICS`) cost a softplus and a sigmoid per row and model, so a run keeps them only in
@@ -321,7 +322,9 @@ def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_cla
     correct = torch.stack([cells[:, j, :, j].sum(1) for j in range(n_classes)]).sum(0)
     accuracy = (correct / N).tolist() if N else [float("nan")] * len(correct)
     gaps = _gaps_of_counts(stats.counts, n_groups, n_classes)
-    out = [{**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc} for k, acc in enumerate(accuracy)]
+    top = (stats.counts.sum(1).max(1).values / N).tolist() if N else [float("nan")] * len(correct)  # the most predicted class's share
+    out = [{**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc, "top_class_share": share}
+           for k, (acc, share) in enumerate(zip(accuracy, top))]
     if stats.loss_sums is not None:
         sizes = torch.bincount(split.group, minlength=n_groups).double()
         for entry, gl in zip(out, (stats.loss_sums.double() / sizes).tolist()):  # NaN for an empty group
