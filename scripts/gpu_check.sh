@@ -6,9 +6,10 @@
 #
 # 1. Here, where the suite is installed (CPU, Ray, dp-accounting), once:
 #      scripts/gpu_check.sh --prepare
-#    writes gpu/ (.gitignore leaves it out of commits; the device tool sends it when carried): kit.json (the benchmark's configurations, drawn and calibrated here, with the
-#    accountant's answers; about 25 minutes on 2 cores for 16,384), data/adult (the dataset's files) and wheels/ (the
-#    dp-accounting wheel the CUDA tests prepare runs with; the benchmark itself needs none).
+#    writes gpu/ (.gitignore leaves it out of commits; the device tool sends it when carried): kit.json.gz (the benchmark's
+#    configurations, drawn and calibrated here, with the accountant's answers), kit-profile.json.gz (1,024 configurations
+#    at B = 1,024 for the profile), data/adult (the dataset's files) and wheels/ (the dp-accounting wheel the CUDA tests
+#    prepare runs with; the benchmark itself needs none). It takes long on 2 cores: every configuration is prepared twice.
 # 2. On the device (the session's `run` tool): command "bash scripts/gpu_check.sh", carry ["gpu"], timeout_s 590.
 #    The GPU image has torch, numpy, numba, pandas and scipy, and no Ray, MLflow or dp-accounting.
 # --device cpu: the same steps on this CPU at packs of 4 and 8, from a kit of those sizes (the dry path: it checks
@@ -28,9 +29,9 @@ for arg in "$@"; do
   esac
 done
 if [ "$DEVICE" = cpu ]; then
-  SIZES="4 8"; ONE=8; FOUR=4; PROFILE_K=8; KIT=gpu/kit-cpu.json; SINGLES=2
-else
-  SIZES="256 1024 4096 16384"; ONE=4096; FOUR=1024; PROFILE_K=4096; KIT=gpu/kit.json; SINGLES=8
+  SIZES="4 8"; OWN="4 8"; ONE=8; FOUR=4; KIT=gpu/kit-cpu.json; PROFILE_KIT=gpu/kit-cpu.json; SINGLES=2
+else  # own batches not at 16,384: preparing 16,384 runs takes about a minute of the host's time, once per process
+  SIZES="256 1024 4096 16384"; OWN="256 1024 4096"; ONE=4096; FOUR=1024; KIT=gpu/kit.json.gz; PROFILE_KIT=gpu/kit-profile.json.gz; SINGLES=8
 fi
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 
@@ -39,6 +40,7 @@ if [ "$PREPARE" = 1 ]; then
   DATA=${RACO_BENCH_DATA:?set RACO_BENCH_DATA to the folder holding adult/}
   cp -r "$DATA/adult" gpu/data/
   "$PY" -m raco_bench.cli bench throughput --write-kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" || exit 1
+  [ "$PROFILE_KIT" = "$KIT" ] || "$PY" -m raco_bench.cli bench throughput --write-kit "$PROFILE_KIT" --sizes "$FOUR" --singles 1 || exit 1
   if [ "$DEVICE" = cuda ]; then
     "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d gpu/wheels dp-accounting==0.6.0 || exit 1
   fi
@@ -69,9 +71,9 @@ else
   echo "(skipped on $DEVICE: the tests skip themselves without CUDA)"
 fi
 
-step "profile: the pack step a device runs ahead on, and the host path, pack of $PROFILE_K shared"
-timeout 60 "$PY" - "$DEVICE" "$PROFILE_K" "$KIT" <<'EOF'
-import statistics, sys, time
+step "profile: the pack step a device runs ahead on, and the host path ($FOUR configurations, B = 1,024, T = 100)"
+timeout 75 "$PY" - "$DEVICE" "$PROFILE_KIT" <<'EOF'
+import json, statistics, sys, time
 import torch
 from torch.profiler import ProfilerActivity, profile
 from raco_bench.benchmarks import throughput as tp
@@ -79,25 +81,28 @@ from raco_bench.data import load_dataset
 from raco_bench.methods.lagrangian.engine import LagrangianEngine
 from raco_bench.privacy.calibration import CalibrationCache
 
-device, K, kit = sys.argv[1], int(sys.argv[2]), tp.Kit.load(sys.argv[3])
+device, kit = sys.argv[1], tp.Kit.load(sys.argv[2])
 kit.answers().__enter__()  # the accountant answers the kit's runs from the kit, for this whole process
+K = max(json.loads(r)[1] for r in kit.runs if json.loads(r)[3] == {"batch_size": 1024})
 torch.set_num_threads(1)
 ds, cache = load_dataset("adult"), CalibrationCache()
+runs = tp._runs(ds, "raco-dp", K, device, 10**6, cache, {"batch_size": 1024}, steps=100, kit=kit)  # every configuration live to T = 100
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
 for ahead in (True, False):
-    engine = LagrangianEngine(tp._runs(ds, "raco-dp", K, device, 100, cache, draws="shared", kit=kit), ahead=ahead)
-    for _ in range(40):  # past the first block of draws and any compile or allocation
+    engine = LagrangianEngine(runs, ahead=ahead)
+    for _ in range(4):  # the first block of draws, allocations
         engine.step()
     engine.settle(); sync()
-    n, times = 64, []
-    for _ in range(3):
+    n, times = 24, []
+    for _ in range(2):
         t0 = time.perf_counter()
         for _ in range(n):
             engine.step()
         engine.settle(); sync()
         times.append((time.perf_counter() - t0) / n)
+    n = 32  # steps 53 to 84: one block of draws (at step 65) among them, as one in 32 steps is
     with profile(activities=activities) as prof:
         t0 = time.perf_counter()
         for _ in range(n):
@@ -108,19 +113,20 @@ for ahead in (True, False):
     kernels = sum(e.count for e in ev if e.device_type.name == "CUDA")
     busy = sum(e.self_device_time_total for e in ev if e.device_type.name == "CUDA") / 1e6
     syncs = sum(e.count for e in ev if e.key in SYNCS)
-    ops = sum(e.count for e in ev if e.key.startswith("aten::") and e.device_type.name == "CPU")
+    ops = sum(e.count for e in ev if e.key.startswith("aten::"))
     name = "ahead" if ahead else "host path"
-    print(f"PROFILE {name}: K={K}, {statistics.median(times) * 1e3:.3f} ms per step (median of 3 x {n} steps, no profiler); "
-          f"per step: {kernels / n:.0f} GPU kernels and copies, {syncs / n:.2f} host synchronisations, {ops / n:.0f} aten operations; "
-          f"GPU busy {busy:.3f} s of {wall:.3f} s wall under the profiler ({100 * busy / wall:.0f} %)")
+    print(f"PROFILE {name}: K={K}, B=1024, {statistics.median(times) * 1e3:.3f} ms per step (2 x 24 steps, no profiler), "
+          f"{3600 / (100 * statistics.median(times)) * K:,.0f} configurations of 100 steps an hour; per step: {kernels / n:.0f} GPU kernels "
+          f"and copies, {syncs / n:.2f} host synchronisations, {ops / n:.0f} aten operations (nested ones included); GPU busy "
+          f"{busy:.3f} s of {wall:.3f} s wall under the profiler ({100 * busy / max(wall, 1e-9):.0f} %)")
     print(ev.table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total", row_limit=12, max_name_column_width=48))
 EOF
 
 step "throughput table, shared batches (sizes 1 $SIZES)"
-timeout 170 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" --draws shared \
+timeout 160 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" --draws shared \
   --table-only --no-mlflow
-step "throughput table, own batches (sizes $SIZES)"
-timeout 100 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes $SIZES --singles "$SINGLES" --draws own \
+step "throughput table, own batches (sizes $OWN)"
+timeout 90 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes $OWN --singles "$SINGLES" --draws own \
   --table-only --no-mlflow
 
 step "one pack of $ONE against four trials of $FOUR sharing the device (shared batches)"
@@ -140,13 +146,13 @@ tp.warm_up(ds, "raco-dp", device, cache, kit)
 runs = tp._runs(ds, "raco-dp", K, device, 100, cache, draws="shared", kit=kit)
 print("READY", flush=True)
 sys.stdin.readline()  # the packs sharing the device start together
-t0 = time.perf_counter()
+start = time.time()
 train_runs(runs)
 torch.cuda.synchronize() if device == "cuda" else None
-wall = time.perf_counter() - t0
-print(f"PACK K={K}: {wall:.1f} s, {3600 * K / wall:,.0f} configurations/hour", flush=True)
+end = time.time()
+print(f"PACK K={K}: {end - start:.1f} s, {3600 * K / (end - start):,.0f} configurations/hour; span {start:.3f} {end:.3f}", flush=True)
 EOF
-timeout 75 "$PY" - "$PY" "$DEVICE" "$ONE" "$FOUR" "$KIT" <<'EOF'
+timeout 100 "$PY" - "$PY" "$DEVICE" "$ONE" "$FOUR" "$KIT" <<'EOF'
 import subprocess, sys, time
 py, device, one, four, kit = sys.argv[1:]
 
@@ -156,14 +162,13 @@ def together(sizes):
              for k in sizes]
     for proc in procs:
         assert proc.stdout.readline().strip() == "READY"
-    t0 = time.perf_counter()
     for proc in procs:
         proc.stdin.write("go\n"); proc.stdin.flush()
     lines = [proc.stdout.read().strip() for proc in procs]
-    wall = time.perf_counter() - t0
+    spans = [[float(x) for x in line.split("span ")[1].split()] for line in lines]
     for line in lines:
-        print("  ", line)
-    return wall
+        print("  ", line.split("; span")[0])
+    return max(e for _, e in spans) - min(s for s, _ in spans)  # the first start to the last end, on the machine's clock
 
 for sizes in ([int(one)], [int(four)] * 4):
     wall = together(sizes)

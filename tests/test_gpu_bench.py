@@ -72,6 +72,8 @@ def test_a_kit_answers_only_what_it_recorded(kit):
     key, value = next((k, v) for k, v in data["epsilon"].items() if k.startswith("('epsilon'"))
     kit_runs = throughput.Kit.load(kit)
     assert kit_runs.epsilon[key] == value
+    kit_runs.save(kit.parent / "kit.json.gz")  # gzip where the name says so (a kit of 16,384 runs travels in a few MB)
+    assert (kit.parent / "kit.json.gz").read_bytes()[:2] == b"\x1f\x8b" and throughput.Kit.load(kit.parent / "kit.json.gz") == kit_runs
     with accounting.recording() as asked, kit_runs.answers():
         assert accounting._carried == [kit_runs.epsilon]
     assert not accounting._carried and not asked  # nothing answered from the kit outside its block

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gzip
 import json
 import math
 import platform
@@ -80,13 +81,14 @@ class Kit:
     def save(self, path: str | Path) -> None:
         from raco_bench import __version__
 
-        Path(path).write_text(json.dumps({"format": KIT_FORMAT, "raco_bench": __version__, "reference": self.reference, "runs": self.runs,
-                                          "epsilon": self.epsilon}))
+        text = json.dumps({"format": KIT_FORMAT, "raco_bench": __version__, "reference": self.reference, "runs": self.runs, "epsilon": self.epsilon})
+        Path(path).write_bytes(gzip.compress(text.encode()) if str(path).endswith(".gz") else text.encode())  # .gz: 16,384 runs in a few MB
 
     @staticmethod
     def load(path: str | Path) -> "Kit":
         try:
-            data = json.loads(Path(path).read_text())
+            raw = Path(path).read_bytes()
+            data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
         except (OSError, ValueError) as exc:
             raise ValueError(f"--kit {path}: not a kit this benchmark wrote ({exc}); write one with --write-kit where the suite is installed") from None
         if data.get("format") != KIT_FORMAT:
