@@ -28,8 +28,9 @@ COMMANDS = {
     "results": "rebuild the results pages in DIR from their study data (no MLflow), then RaCO-DP against every other method, study by study "
                "and per epsilon (comparison.md/.csv)",
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
-             "report-scale, preprocessing (accuracy cost of public domains), data (loading a large table under its schema), store (the store's "
-             "epsilon of a paper-size sweep)",
+             "report-scale, preprocessing (accuracy cost of public domains), audit (white-box tightness), tuning (T left by accounted tuning, "
+             "privacy profiles against RDP), one-run (the one-run audit under both bounds), data (loading a large table under its schema), "
+             "preflight (seconds a bad environment takes to fail), store (the store's epsilon of a paper-size sweep)",
 }
 
 
@@ -120,12 +121,19 @@ def _summary(result) -> str:
         step = f" (step {block['step']})" if "step" in block else ""
         fnr = f", fnr {t['fnr']:.4f}" if "fnr" in t else ""
         lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}{fnr}{viol}")
+    health = result.health
+    if health["flags"]:
+        lines.append(f"HEALTH: {health['verdict']}: the reported model is not worth reading: {health['text']} (docs/results.md, "
+                     "\"Health of a result\")")
+    else:
+        lines.append(f"health: {health['text']}")
     return "\n".join(lines)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from raco_bench.constraints import BUILDERS
-    from raco_bench.data import DATASETS
+    from raco_bench.data import DATASETS, load_dataset
+    from raco_bench.data.catalog import public_train_rows
     from raco_bench.methods import get_method
     from raco_bench.training.loop import execute, prepare_run
 
@@ -133,27 +141,37 @@ def _cmd_train(args: argparse.Namespace) -> int:
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
                     preprocessing=args.preprocessing, checkpoint=args.checkpoint, randomness=args.randomness,
                     train_metrics=args.train_metrics, schema=_absolute(args.schema), data=_absolute(args.data))
-    cfg = cfg.with_overrides(_parse_sets(args.set))
+    sets = _parse_sets(args.set)
+    cfg = cfg.with_overrides(sets)
     if cfg.schema is None and cfg.dataset not in DATASETS:
         raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}, or give your own with --data TABLE "
                          "--schema SCHEMA (docs/datasets.md, \"Your own data\")")
-    get_method(cfg.method)
+    method = get_method(cfg.method)
     if cfg.constraint not in BUILDERS:
         raise ValueError(f"unknown constraint {cfg.constraint!r}; choose one of: {', '.join(BUILDERS)}")
     cfg.validate()
-    if args.json:
-        out = Path(args.json)
-        if out.parent and not out.parent.exists():
-            raise ValueError(f"the directory of --json {out} does not exist; create it first")
-    from raco_bench import tracking
+    cfg, batch_note = _default_batch(cfg, method, sets)
+    from raco_bench import preflight, tracking
     from raco_bench.privacy.counter_rng import Keystream
 
+    if args.json:
+        out = Path(args.json).absolute()
+        if not out.parent.is_dir():
+            raise ValueError(f"the folder of --json {args.json} does not exist; create {out.parent} first")
+        preflight.check_folder(preflight.Setting(str(out.parent), "--json"), "the folder of the JSON report", "pass --json a writable path")
     uri = None
-    if not args.no_mlflow:
+    if not args.no_mlflow:  # before anything is trained: a store that cannot be written fails now, not after the run
         uri = tracking.resolve_tracking_uri(args.tracking_uri)
-        tracking.check_reachable(uri)
+        preflight.check_store(uri, tracking.tracking_uri_source(args.tracking_uri)[1], args.experiment)
     source = Keystream.for_mode(cfg.randomness, args.key_file)
-    run = prepare_run(cfg, source=source)  # validates and plans privacy before training
+    if (published := public_train_rows(cfg.dataset, cfg.schema)) is not None:
+        method.check_train_size(method.hyperparameters(cfg.params), published)  # the schema's public size, before the (slow) load
+    dataset = load_dataset(cfg.dataset, seed=cfg.split_seed, preprocessing=cfg.preprocessing, schema=cfg.schema, data=cfg.data)
+    if not args.allow_unhealthy:
+        _refuse_below_noise_floor(dataset, cfg)
+    run = prepare_run(cfg, dataset, source=source)  # validates and plans privacy before training
+    if not args.allow_unhealthy and args.steps is None:
+        _refuse_few_steps(run, cfg)
     if source.secret is None:
         randomness = "reproducible from the seed (labelled OUTSIDE THE BUDGET)"
     elif args.key_file:
@@ -161,7 +179,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         randomness = "secret, a fresh key from the OS that is written nowhere"
     print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
-          f"T = {run.ctx.steps}; randomness: {randomness}", file=sys.stderr)
+          f"T = {run.ctx.steps}{batch_note}; randomness: {randomness}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
     print(_summary(result))
     if not args.no_mlflow:
@@ -211,6 +229,60 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return sweep_main(SweepSpec(dataset="synthetic"), args.rest, command=True)
 
 
+def _default_batch(cfg: RunConfig, method, sets: dict) -> tuple[RunConfig, str]:
+    """``train``'s expected batch size where ``--set batch_size`` is not given, for a method that has one: the power of two
+    nearest n/32, at most the method's default (:func:`raco_bench.methods.common.default_batch_size`), and a note that
+    says so; the configuration is unchanged otherwise."""
+    import dataclasses
+
+    from raco_bench.data.catalog import public_train_rows
+    from raco_bench.methods.common import default_batch_size
+
+    published = public_train_rows(cfg.dataset, cfg.schema)
+    if "batch_size" in sets or "batch_size" not in {f.name for f in dataclasses.fields(method.Hyper)} or published is None:
+        return cfg, ""
+    largest = method.Hyper().batch_size
+    chosen = default_batch_size(published, largest)
+    if chosen == largest:
+        return cfg, ""
+    return (cfg.with_overrides({"batch_size": chosen}),
+            f", batch_size {chosen} (the default for {published:,} training rows: the power of two nearest n/32, "
+            f"at most {largest}; --set batch_size=B to change)")
+
+
+def _refuse_few_steps(run, cfg: RunConfig) -> None:
+    """Refuse, before training, a run whose budget leaves it too few steps for its data (the health rule of
+    raco_bench.training.health), naming the flags to change; T chosen with ``--steps`` is the user's."""
+    from raco_bench.training.health import MIN_PASSES, passes
+
+    ctx = run.ctx
+    batch = getattr(ctx.hyper, "batch_size", None)
+    done = passes(ctx.steps, batch, ctx.n_train)
+    if done < MIN_PASSES:
+        at = f"with batch_size={batch} " if batch is not None else ""
+        raise ValueError(f"{at}the budget epsilon={cfg.epsilon:g} allows T = {ctx.steps} steps, {done:.2g} expected passes over the "
+                         f"{ctx.n_train:,} training rows of {cfg.dataset}: too few for a model worth reading (the health rule: at least "
+                         f"{MIN_PASSES:g}); lower --set batch_size, raise --epsilon, or pass --allow-unhealthy to train it anyway")
+
+
+def _refuse_below_noise_floor(dataset, cfg: RunConfig) -> None:
+    """Refuse a gap constraint's γ below the test split's noise floor (docs/results.md, "Noise floor"): there only a model
+    that predicts one class meets it, whatever it learns. Names the flag to change."""
+    if cfg.constraint not in ("demographic-parity", "equalized-odds"):
+        return  # only a gap constraint is met by a constant predictor at every γ, whatever the split's noise
+    from raco_bench.report.noise_floor import split_floor_row
+
+    test = split_floor_row(dataset, "test", cfg.constraint, draws=FLOOR_DRAWS)
+    if cfg.gamma < test["floor_median"]:
+        raise ValueError(f"gamma={cfg.gamma:g} is below the noise floor of {cfg.dataset}'s test split under {cfg.constraint} "
+                         f"({test['floor_median']:.3f}: a rate measured on its smallest group, {test['smallest_group_rows']} test rows, moves "
+                         "that much by chance; docs/results.md, \"Noise floor\"), so a model meets it only by predicting one class; pass "
+                         f"--gamma {math.ceil(100 * test['floor_median']) / 100:g} or more, or --allow-unhealthy to train it anyway")
+
+
+FLOOR_DRAWS = 200  # coin draws of train's noise-floor check (the pages measure 1,000)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from raco_bench.benchmarks import step_time
 
@@ -244,15 +316,32 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from raco_bench.benchmarks import store_scale
 
         return store_scale.main(args.rest)
+    if args.what == "tuning":
+        from raco_bench.benchmarks import tuning_steps
+
+        return tuning_steps.main(args.rest)
+    if args.what == "one-run":
+        from raco_bench.benchmarks import one_run_bounds
+
+        return one_run_bounds.main(args.rest)
+    if args.what == "preflight":
+        from raco_bench.benchmarks import preflight
+
+        return preflight.main(args.rest)
     return step_time.main_walltime(args.rest)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from raco_bench import preflight
     from raco_bench.report.build import build_report
     from raco_bench.report.load import ReportError
 
+    out = preflight.setting(args.out, "--out", f"reports/{args.experiment}", default_note="reports/<experiment> in the working directory")
+    preflight.check_folder(out, "the report's folder", "pass --out a writable folder")
+    if args.results:
+        preflight.check_folder(preflight.Setting(args.results, "--results"), "the results page's folder", "pass --results a writable folder")
     try:
-        report = build_report(args.experiment, args.tracking_uri, Path(args.out or f"reports/{args.experiment}"),
+        report = build_report(args.experiment, args.tracking_uri, Path(out.value),
                               Path(args.references) if args.references else None, args.walltime_experiment,
                               log_to_mlflow=not args.no_mlflow, sweep_id=args.sweep_id, audit_experiment=args.audit_experiment,
                               results=Path(args.results) if args.results else None)
@@ -266,12 +355,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweeps(args: argparse.Namespace) -> int:
-    from raco_bench import tracking
+    from raco_bench import preflight, tracking
     from raco_bench.sweeps.listing import format_sweeps, list_sweeps
 
     uri = tracking.resolve_tracking_uri(args.tracking_uri)
-    tracking.require_existing_store(uri)
-    tracking.check_reachable(uri)
+    preflight.check_store(uri, tracking.tracking_uri_source(args.tracking_uri)[1], write=False, existing=True)
     print(format_sweeps(list_sweeps(uri, args.experiment)))
     return 0
 
@@ -366,11 +454,15 @@ def _audit_one_run(args: argparse.Namespace, uri: str | None) -> list[dict]:
     from raco_bench.audit.records import log_audit
 
     audit = OneRunAudit(method=args.method, dataset=args.dataset, epsilon=args.epsilon, delta=args.delta, canaries=args.canaries,
-                        steps=args.steps, confidence=args.confidence, params=tuple(_parse_sets(args.set).items()), seed=args.seed)
+                        steps=args.steps, confidence=args.confidence, params=tuple(_parse_sets(args.set).items()), seed=args.seed,
+                        bounds=tuple(args.bounds))
     audit.validate()
     torch.set_num_threads(args.threads)
     result = run_one_run(audit)
     print(result.summary(), flush=True)
+    if args.save_scores:
+        Path(args.save_scores).write_text(json.dumps(result.score_record()))
+        print(f"wrote {args.save_scores}")
     row = {"method": audit.method, "dataset": audit.dataset, **result.metrics()}
     if uri is not None:
         row["mlflow_run_id"] = log_audit(uri, "one-run", result.params(), result.metrics(), result.note())
@@ -455,6 +547,9 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the run to MLflow (default: logged, as a sweep logs a configuration)")
     p.add_argument("--quiet", action="store_true", help="no progress lines (default: progress on stderr)")
+    p.add_argument("--allow-unhealthy", action="store_true",
+                   help="train even where the health rules already condemn the model before training (too few steps for the data, "
+                        "or gamma below the test split's noise floor); the summary still gives the verdict (default: refused)")
     p.epilog = _set_keys_epilog()
     p.formatter_class = argparse.RawDescriptionHelpFormatter
 
@@ -503,10 +598,17 @@ def _add_audit(p: argparse.ArgumentParser) -> None:
                    help="method hyperparameter override, repeatable (default: batch_size=256)")
     _audit_common(r)
 
-    o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023)")
+    o = audit.add_parser("one-run", help="one training run with canaries in or out at random (Steinke, Nasr & Jagielski 2023; the f-DP "
+                                         "bound of Mahloujifar, Melis & Chaudhuri 2025 beside it)")
     d1 = _audit_run_args(o, OneRunAudit(), list(METHOD_NAMES), "claimed epsilon of the run")
     o.add_argument("--canaries", type=int, default=d1.canaries, help="canaries m: one new feature column each (default: %(default)s)")
     o.add_argument("--steps", type=int, default=None, help="steps T of the run (default: the most the budget allows, as in training)")
+    o.add_argument("--bounds", nargs="+", default=list(d1.bounds), choices=["snj", "fdp", "fdp-dp"],
+                   help="the lower bounds to state, all from the same canaries and guesses; the first is the headline epsilon_audited: "
+                        "snj = Steinke, Nasr & Jagielski; fdp = f-DP (Mahloujifar, Melis & Chaudhuri) under the Gaussian trade-off "
+                        "hypothesis, as jax-privacy computes it; fdp-dp = f-DP under the (epsilon, delta) curve (default: %(default)s)")
+    o.add_argument("--save-scores", default=None, metavar="PATH",
+                   help="write every canary's score and inclusion (JSON) so that any implementation can re-audit them (default: none)")
 
 
 def _audit_run_args(a: argparse.ArgumentParser, d, methods: list[str], epsilon_help: str):
@@ -561,7 +663,8 @@ def _add_schema(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "data", "store"],
+    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "tuning", "one-run",
+                                    "data", "preflight", "store"],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
@@ -592,7 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else None
     if command == "sweep":  # every option is the sweep's own (raco_bench.sweeps.arguments), --help included
         return _cmd_sweep(argparse.Namespace(rest=argv[1:]))
-    args = build_parser(command).parse_args(argv)
+    from raco_bench.usage import parse_args
+
+    args = parse_args(build_parser(command), argv)  # an unknown flag: its sub-command's usage and the closest flag
     from raco_bench.data.files import DataError
 
     try:

@@ -6,6 +6,8 @@ Without ``--store`` it first runs a smoke sweep (Adult, RaCO-DP, DP-FERMI, SGD a
 0.1) in a temporary folder. It starts ``mlflow ui`` on the store (its own process, stopped at the end, nothing else),
 then saves, under ``--out`` (default ``mlflow_ui_screenshots/``):
 
+0. ``0_experiment.png``: the experiment as a fresh browser opens it from the experiment list, with nothing set;
+   ``0b_runs.png``: its runs as the sweep's links open them (the model-training mode, no filter, no column chosen);
 1. ``1_phase2_at_gamma.png``: the experiment's runs filtered to the phase-2 runs of every method at one γ
    (``tags.gamma``), RaCO-DP and DP-FERMI side by side;
 2. ``2_compare.png``: RaCO-DP's and DP-FERMI's among those runs, at one ε, in the compare view;
@@ -38,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from raco_bench import tracking  # noqa: E402
 
+SHOT_S = 600.0  # a screenshot takes seconds on an idle machine, minutes on a loaded one
+UI_START_S = 600.0  # mlflow ui starts in seconds on an idle machine; a loaded one can take minutes (the wait ends when it answers)
 SMOKE = ["--smoke", "--methods", "raco-dp", "dp-fermi", "sgd", "dp-postprocess", "--gammas", "0.05", "0.1", "--yes"]
 
 
@@ -59,7 +63,7 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
     mlflow = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or "mlflow"
     proc = subprocess.Popen([mlflow, "ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
+    deadline = time.time() + UI_START_S
     while time.time() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
@@ -67,7 +71,7 @@ def start_ui(store: Path, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     stop(proc)
-    raise SystemExit("mlflow ui did not answer within 60 s")
+    raise SystemExit(f"mlflow ui did not answer within {UI_START_S:.0f} s")
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -82,9 +86,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 def screenshot(chromium: str, url: str, path: Path, size: str = "1800,1100") -> None:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-                        f"--window-size={size}", "--virtual-time-budget=20000", f"--screenshot={path}", url],
-                       capture_output=True, timeout=180)
+        try:
+            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+                            f"--window-size={size}", "--virtual-time-budget=20000", f"--timeout={int(1000 * SHOT_S / 2)}",  # without
+                            f"--screenshot={path}", url],  # --timeout the UI's polling keeps a loaded machine's chromium from ever shooting
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=SHOT_S)  # not captured: chromium's helpers
+            # inherit its pipes and outlive it, so a captured run waits for them forever
+        except subprocess.TimeoutExpired:
+            print(f"[ui] {path.name}: chromium took over {SHOT_S:.0f} s", flush=True)
     print(f"[ui] {path.name}: {'saved' if path.is_file() else 'NOT saved'} ({url})", flush=True)
 
 
@@ -130,22 +139,21 @@ def main() -> None:
     port = free_port()
     ui = start_ui(store, port)
     try:
-        base = f"http://127.0.0.1:{port}/#"
-        query = lambda **kw: urllib.parse.urlencode(kw, quote_via=urllib.parse.quote)  # noqa: E731
-        screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=phase2), args.out / "1_phase2_at_gamma.png")
+        at = lambda path, **q: tracking.ui_url(uri, path, base=f"http://127.0.0.1:{port}", **q)  # noqa: E731 - the sweep's own links
+        plain = f"http://127.0.0.1:{port}/#/experiments/{eid}"  # as a user gets it from the experiment list, in a fresh browser
+        screenshot(chromium, plain, args.out / "0_experiment.png")
+        screenshot(chromium, at(f"experiments/{eid}/runs"), args.out / "0b_runs.png")
+        screenshot(chromium, at(f"experiments/{eid}/runs", searchFilter=phase2), args.out / "1_phase2_at_gamma.png")
         ids = [r.info.run_id for r in compared(runs)]
-        screenshot(chromium, f"{base}/compare-runs?" + query(runs=json.dumps(ids), experiments=json.dumps([eid])), args.out / "2_compare.png",
-                   "1800,1600")
-        screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=f"tags.`{tracking.KIND}` = 'configuration'",
-                                                                       orderByKey="metrics.`val_accuracy`", orderByAsc="false"),
+        screenshot(chromium, at("compare-runs", runs=json.dumps(ids), experiments=json.dumps([eid])), args.out / "2_compare.png", "1800,1600")
+        configurations = f"tags.`{tracking.KIND}` = 'configuration'"
+        screenshot(chromium, at(f"experiments/{eid}/runs", searchFilter=configurations, orderByKey="metrics.`val_accuracy`", orderByAsc="false"),
                    args.out / "3_phase1_by_val_accuracy.png")
-        screenshot(chromium, f"{base}/experiments/{eid}/runs?" + query(searchFilter=f"tags.`{tracking.KIND}` = 'configuration'",
-                                                                       orderByKey="metrics.`val_accuracy`", orderByAsc="false",
-                                                                       compareRunsMode="CHART"),
-                   args.out / "3b_phase1_charts.png")
-        screenshot(chromium, f"{base}/models", args.out / "4_registry.png")
+        screenshot(chromium, at(f"experiments/{eid}/runs", searchFilter=configurations, orderByKey="metrics.`val_accuracy`", orderByAsc="false",
+                                compareRunsMode="CHART"), args.out / "3b_phase1_charts.png")
+        screenshot(chromium, at("models"), args.out / "4_registry.png")
         if models:
-            screenshot(chromium, f"{base}/models/{urllib.parse.quote(sorted(models)[0], safe='')}", args.out / "5_registered_model.png")
+            screenshot(chromium, at("models/" + urllib.parse.quote(sorted(models)[0], safe="")), args.out / "5_registered_model.png")
     finally:
         stop(ui)
     print(f"[ui] screenshots in {args.out.resolve()}", flush=True)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from baselines.budget_tailoring.plugin import epsilon_for
 from baselines.budget_tailoring.synthetic import SIZES, SyntheticSetting, run_experiment
-from raco_bench import tracking
+from raco_bench import preflight, tracking
 from raco_bench.report.tables import markdown_table
 
 EXPERIMENT = "tailoring-synthetic"
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rhos", type=float, nargs="+", default=[0.0208, 0.1735, 2.0, 4.5, 8.0],
                    help="total zCDP budgets (0.0208 and 0.1735 are epsilon = 1 and 3 at delta = 1e-5; 2, 4.5, 8 are the paper's)")
     p.add_argument("--penalties", type=float, nargs="+", default=[0.0, 1.0], help="G, the worst-group penalty (0: no BGL term)")
-    p.add_argument("--out", type=Path, default=Path("tailoring_synthetic"))
+    p.add_argument("--out", default=None, help="output folder (default: ./tailoring_synthetic)")
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -57,6 +57,13 @@ def main(argv: list[str]) -> int:
     if any(r <= 0 for r in args.rhos):
         p.error("every --rhos value must be > 0")
     uri = tracking.resolve_tracking_uri(args.tracking_uri)
+    try:  # before the experiment runs: its store and output folder answer and can be written (raco_bench/preflight.py)
+        preflight.check_store(uri, tracking.tracking_uri_source(args.tracking_uri)[1], EXPERIMENT)
+        out = preflight.setting(args.out, "--out", "tailoring_synthetic", default_note="./tailoring_synthetic")
+        preflight.check_folder(out, "the output folder", "pass --out a writable folder")
+    except ValueError as exc:
+        p.error(str(exc))
+    args.out = Path(out.value)
     start = time.perf_counter()
     rows = []
     for G in args.penalties:

@@ -121,7 +121,10 @@ def start_node(env: dict, *args: str) -> RayNode:
     return RayNode(proc, temp_dir)
 
 
-def wait_for_cpus(address: str, env: dict, cpus: float, timeout: float = 90.0) -> bool:
+EVENT_TIMEOUT_S = 600.0  # a wait for an event returns when it happens; this bound only ends a wait that never would (no load reaches it)
+
+
+def wait_for_cpus(address: str, env: dict, cpus: float, timeout: float = EVENT_TIMEOUT_S) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline:
         out = subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, text=True, env=env).stdout
@@ -131,7 +134,7 @@ def wait_for_cpus(address: str, env: dict, cpus: float, timeout: float = 90.0) -
     return False
 
 
-def wait_for_demand(address: str, env: dict, demand: dict, timeout: float = 120.0) -> str:
+def wait_for_demand(address: str, env: dict, demand: dict, timeout: float = EVENT_TIMEOUT_S) -> str:
     """Until ``ray status`` lists ``demand`` (e.g. ``{"CPU": 1.0, "GPU": 0.5}``) among the cluster's pending demands
     (a request no node can serve yet, waiting): "" then, else the last pending demands seen."""
     deadline = time.time() + timeout

@@ -41,7 +41,8 @@ def test_phase2_trials_list_every_gamma_a_gamma_free_winner_won():
 
 def test_a_gamma_free_winner_has_a_run_per_gamma_with_its_dataset_and_model(tmp_path):
     """Filtering tags.gamma finds a γ-free method at every γ it won; the views repeat the trained run's results; each run
-    names ε and γ first, says what it is, records the dataset as an input and logs a model named for its method."""
+    names its method first, is a top-level run linked to its phase parent, says what it is, records the dataset as an input
+    and logs a model named for its method."""
     from raco_bench.sweeps.trial import execute_pack
 
     spec = SweepSpec(dataset="parkinsons", epsilons=(1.0,), gammas=(0.1, 0.2), methods=("sgd",), n_configs=1, phase2_seeds=1,
@@ -67,7 +68,8 @@ def test_a_gamma_free_winner_has_a_run_per_gamma_with_its_dataset_and_model(tmp_
     assert [r.info.run_id for r in filtered] == [view.info.run_id]
     for run in runs:
         t = run.data.tags
-        assert run.info.run_name.startswith(f"eps=inf gamma={t['gamma']} sgd config=0 seed=1000")
+        assert run.info.run_name.startswith(f"sgd eps=inf gamma={t['gamma']} config=0 seed=1000")  # the method first: the UI cuts names
+        assert "mlflow.parentRunId" not in t and t[tracking.PHASE_PARENT] == parent  # top-level: in view without expanding a parent
         assert t["trained_with_gamma"] == "no" and "run.gamma" not in run.data.params
         assert run.data.params["selection.gamma"] == t["gamma"]
         assert "Selected on validation for gamma=" + t["gamma"] in t[tracking.DESCRIPTION]
@@ -93,6 +95,28 @@ def test_a_gamma_free_winner_has_a_run_per_gamma_with_its_dataset_and_model(tmp_
     trained2, view2 = by_gamma["0.1"], by_gamma["0.2"]
     assert trained2.info.run_id != trained.info.run_id and view2.data.tags[tracking.VIEW_OF] == trained2.info.run_id
     assert view2.data.metrics == trained2.data.metrics and trained2.data.tags[tracking.KEY_ID] == view2.data.tags[tracking.KEY_ID]
+
+    # the experiment opens on its runs (a classic ML experiment, with a description); the sweep's ready links name them
+    from raco_bench.sweeps.registry import register_selected
+    from raco_bench.sweeps.runner import sweep_description, ui_links
+
+    experiment = c.get_experiment(exp)
+    assert experiment.tags[tracking.EXPERIMENT_KIND] == "custom_model_development"
+    tracking.get_or_create_experiment(uri, spec.experiment, sweep_description(spec))
+    description = c.get_experiment(exp).tags[tracking.DESCRIPTION]
+    assert "top-level runs named like 'raco-dp eps=1 gamma=0.05" in description and "<" not in description  # the UI renders <…> as HTML
+    register_selected(uri, exp, spec, sels)
+    links = ui_links(uri, exp, spec)
+    assert links[0].startswith(f"[sweep] MLflow UI (start `mlflow ui --backend-store-uri {uri}`")
+    at = [line for line in links if line.startswith("  phase 2 at gamma ")]
+    assert [line.split(" (")[0] for line in at] == ["  phase 2 at gamma 0.1", "  phase 2 at gamma 0.2"] and all("(1 runs)" in x for x in at)
+    assert all(f"http://127.0.0.1:5000/#/experiments/{exp}/runs?workflowType=machine_learning&searchFilter=" in x for x in at)
+    assert "tags.gamma%20%3D%20%270.1%27" in at[0]
+    compare = [line for line in links if line.startswith("    compared: ")]
+    assert len(compare) == 2 and trained2.info.run_id in compare[0] and view2.info.run_id in compare[1]
+    models = [line for line in links if line.startswith("  registry: ")]
+    assert [m.split(": ")[1] for m in models] == [f"sgd.eps=inf.gamma=0.1.{spec.experiment}", f"sgd.eps=inf.gamma=0.2.{spec.experiment}"]
+    assert all("/#/models/sgd.eps%3Dinf.gamma%3D0." in m for m in models)
 
 
 def _results(spec: SweepSpec, n_configs: int, seeds: int) -> list[dict]:
@@ -129,7 +153,7 @@ def test_phase1_configurations_become_runs_in_bulk_sortable_and_created_once(tmp
     assert best.data.metrics["val_accuracy_sd"] == pytest.approx(frame.loc[cid, "std"])
     assert best.data.params == {"lr": str(0.01 * (cid + 1))} and best.data.tags["mlflow.parentRunId"] == parent
     (won,) = tracking.search_all(uri, [exp], query + " and tags.selected_for_gamma = '0.05'")
-    assert won.data.tags["config_id"] == "7" and won.info.run_name == "eps=1 gamma=0.05 raco-dp config=7 (mean of 2 seeds)"
+    assert won.data.tags["config_id"] == "7" and won.info.run_name == "raco-dp eps=1 gamma=0.05 config=7 (mean of 2 seeds)"
     assert all(r.info.status == "FINISHED" for r in runs)
     assert best.data.tags["privacy_notion"] == "record-level add/remove DP" and best.data.tags["outside_budget"] == "none"
     assert log_configuration_runs(uri, exp, spec, parent, results, sels) == 0  # a resumed sweep: nothing twice

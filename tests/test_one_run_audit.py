@@ -1,6 +1,9 @@
-"""The one-run audit's bound (Steinke, Nasr & Jagielski 2023) and the audit end to end on a real run."""
+"""The one-run audit's bounds (Steinke, Nasr & Jagielski 2023; the f-DP bound of Mahloujifar, Melis & Chaudhuri 2025, against
+jax-privacy's implementation on saved scores) and the audit end to end on a real run."""
 
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
@@ -100,10 +103,12 @@ def test_epsilon_lower_inverts_the_p_value():
 def test_one_run_audits_a_real_run_and_has_power_when_privacy_is_weak():
     """At a claimed ε of 1 RaCO-DP stays below it; DP-SGD at σ = 0.3 (claimed ε in the hundreds) is caught memorising."""
     strict = run_one_run(OneRunAudit(method="raco-dp", canaries=300))
-    assert strict.bound.epsilon_lower <= strict.claimed_epsilon, strict.summary()
+    assert all(b.epsilon_lower <= strict.claimed_epsilon for b in strict.bounds.values()), strict.summary()
     weak = run_one_run(OneRunAudit(method="dp-sgd", epsilon=1000.0, canaries=1000, steps=2000, params=(("noise_multiplier", 0.3),)))
     assert weak.bound.epsilon_lower > 1.5, weak.summary()
+    assert weak.bounds["fdp"].epsilon_lower >= weak.bounds["snj"].epsilon_lower  # the same guesses, the tighter bound
     assert weak.bound.epsilon_lower <= weak.claimed_epsilon
+    assert set(weak.metrics()) >= {"epsilon_audited", "epsilon_audited_snj", "epsilon_audited_fdp"}
 
 
 def test_a_non_private_method_or_a_non_record_claim_is_refused():
@@ -111,3 +116,112 @@ def test_a_non_private_method_or_a_non_record_claim_is_refused():
         OneRunAudit(method="sgda").validate()
     with pytest.raises(ValueError, match="not record-level"):
         run_one_run(OneRunAudit(method="pf-ld", canaries=50))
+    with pytest.raises(ValueError, match="invalid bounds"):
+        OneRunAudit(bounds=("snj", "rdp")).validate()
+
+
+# ---------------------------------------------------------------- the f-DP bound (raco_bench/audit/fdp.py)
+
+FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "one_run_fdp_jax.json"
+
+
+def check_fdp_matches_jax_privacy(module) -> None:
+    """The suite's guesses on saved audit scores, and both bounds on them, against jax-privacy's (tests/fixtures/README.md)."""
+    import json
+
+    from raco_bench.audit import one_run
+
+    fixture = json.loads(FIXTURE.read_text())
+    for f in fixture["files"]:
+        record = f["record"]
+        scores, included = np.array(record["scores"]), np.array(record["included"], dtype=bool)
+        assert [(c["k"], c["r"], c["v"]) for c in f["cases"]] == one_run.guesses(scores, included, tuple(record["guess_fractions"]))
+    for c in [c for f in fixture["files"] for c in f["cases"]] + fixture["grid"]:
+        got = module.epsilon_lower(c["m"], c["r"], c["v"], c["delta"], c["level"], "gaussian")
+        assert got == pytest.approx(c["fdp"], abs=2e-5), f"f-DP bound at (m, r, v) = {(c['m'], c['r'], c['v'])}: {got:.6f}, jax-privacy {c['fdp']:.6f}"
+        snj = one_run.epsilon_lower(c["m"], c["r"], c["v"], c["delta"], c["level"])
+        assert snj == pytest.approx(c["snj"], abs=2e-5), f"SNJ bound at {(c['m'], c['r'], c['v'])}: {snj:.6f}, jax-privacy {c['snj']:.6f}"
+
+
+def test_the_fdp_bound_is_jax_privacys_on_saved_scores():
+    from raco_bench.audit import fdp
+
+    check_fdp_matches_jax_privacy(fdp)
+
+
+def _gaussian_scores(rng, m: int, mu: float):
+    """Each canary's score N(μ, 1) when in, N(0, 1) when out: exactly μ-GDP in every canary's membership."""
+    included = rng.random(m) < 0.5
+    return rng.normal(np.where(included, mu, 0.0), 1.0), included
+
+
+def check_gaussian_bound_holds_on_gaussian_guesses(module) -> None:
+    """On the Gaussian mechanism whose trade-off is the hypothesis' own shape, ε̂ exceeds the true ε in at most ~5 % of audits."""
+    from raco_bench.audit import one_run
+
+    rng = np.random.default_rng(1)
+    mu, delta = 0.8, 1e-5
+    true_eps = brentq_eps(mu, delta)
+    over = 0
+    for _ in range(100):
+        scores, included = _gaussian_scores(rng, 1000, mu)
+        (k, r, v), = one_run.guesses(scores, included, (0.2,))
+        over += module.epsilon_lower(1000, r, v, delta, 0.05, "gaussian") > true_eps
+    assert over <= 10, f"the f-DP bound exceeded the true epsilon {true_eps:.3f} in {over} of 100 audits"
+
+
+def brentq_eps(mu: float, delta: float) -> float:
+    """ε of μ-GDP at δ."""
+    from scipy import optimize
+
+    from raco_bench.audit.fdp import gaussian_delta
+
+    return optimize.brentq(lambda e: gaussian_delta(mu, e) - delta, 0.0, 50.0)
+
+
+def check_dp_bound_holds_on_randomised_response(module) -> None:
+    """Under the (ε, δ) curve family the bound holds for any mechanism: on ε-DP randomised response it exceeds ε in at most ~5 %."""
+    rng = np.random.default_rng(0)
+    eps, m, over = 1.0, 2000, 0
+    for _ in range(100):
+        right = rng.random(m) < special.expit(eps)
+        over += module.epsilon_lower(m, m, int(right.sum()), 1e-5, 0.05, "dp") > eps
+    assert over <= 10, f"the (epsilon, delta)-curve f-DP bound exceeded epsilon in {over} of 100 audits"
+
+
+def test_each_fdp_family_holds_at_its_confidence_on_its_own_mechanism():
+    from raco_bench.audit import fdp
+
+    check_gaussian_bound_holds_on_gaussian_guesses(fdp)
+    check_dp_bound_holds_on_randomised_response(fdp)
+    assert fdp.gaussian_delta(fdp.gaussian_mu(2.0, 1e-5), 2.0) == pytest.approx(1e-5, rel=1e-6)
+
+
+FDP_BUGS = {
+    "the starting mass without the level": [("    right, wrong = level * v / m, level * (r - v) / m", "    right, wrong = v / m, (r - v) / m")],
+    "one more wrong guess per level": [("right + i / (r - i) * (needed - wrong)", "right + (i + 1) / (r - i) * (needed - wrong)")],
+    "the Gaussian hypothesis at 0.9 mu": [("        return lambda y: float(special.ndtr(special.ndtri(min(max(y, 0.0), 1.0)) - mu))",
+                                           "        return lambda y: float(special.ndtr(special.ndtri(min(max(y, 0.0), 1.0)) - 0.9 * mu))")],
+    "the blow-up's delta left out": [("        return lambda y: max(0.0, (y - delta) / e, 1.0 - delta - e * (1.0 - y))",
+                                      "        return lambda y: max(0.0, y / e, 1.0 - e * (1.0 - y))")],
+}
+
+
+@pytest.mark.parametrize("bug", list(FDP_BUGS))
+def test_a_planted_bug_in_the_fdp_bound_is_caught(bug):
+    from mutants import first_catch, load_mutant
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "raco_bench/audit/fdp.py"
+    module = load_mutant(path.read_text(), FDP_BUGS[bug], bug, "fdp_mutant_", "raco_bench/audit/fdp.py")
+    checks = [check_fdp_matches_jax_privacy, check_gaussian_bound_holds_on_gaussian_guesses, check_dp_bound_holds_on_randomised_response]
+    if "delta left out" in bug:  # the (ε, δ) family, which jax-privacy does not compute: its own check, at a δ that matters
+        checks = [lambda m: check_dp_family_with_delta(m)]
+    assert first_catch(module, checks), f"planted bug not caught: {bug}"
+
+
+def check_dp_family_with_delta(module) -> None:
+    """The (ε, δ)-curve hypothesis at a large δ: f̄⁻¹(y) = max(0, (y − δ)e^{−ε}, 1 − δ − e^ε(1 − y)) written out."""
+    inverse = module.blow_up_inverse("dp", 1.0, 0.1)
+    for y in (0.05, 0.2, 0.5, 0.95):
+        want = max(0.0, (y - 0.1) / np.e, 1 - 0.1 - np.e * (1 - y))
+        assert inverse(y) == pytest.approx(want), f"f̄⁻¹({y}) = {inverse(y)}, the (epsilon, delta) curve gives {want}"

@@ -80,7 +80,7 @@ EVENT_BUGS = {
     "composition keeps only the first event": [("        return sum((_rdp(e, orders) for e in event.events), np.zeros_like(a))",
                                                 "        return _rdp(event.events[0], orders)")],
     "self-composition counted once": [("        return event.count * _rdp(event.event, orders)", "        return _rdp(event.event, orders)")],
-    "PLD of a composition drops the rest": [("            out = out.compose(pld(e, d))", "            out = out")],
+    "PLD of a composition drops the rest": [("            out = out.compose(part(e))", "            out = out")],
 }
 
 

@@ -345,6 +345,49 @@ def test_the_overlap_check_finds_colliding_text_and_passes_separate_text():
     plt.close(fig)
 
 
+def drawn_figure(draw):
+    """The figure that ``draw()`` saves, kept open (figures.save closes it) for the test to read; close it after."""
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig=None: captured.setdefault("fig", fig)
+    try:
+        draw()
+    finally:
+        plt.close = original
+    return captured["fig"]
+
+
+def test_the_marker_check_finds_a_hidden_point_and_the_figure_sets_it_apart(tmp_path):
+    """A planted hidden point (one marker drawn over another at the same spot) is reported, touching markers are not;
+    a Pareto figure whose two methods' selected points coincide sets one apart sideways, says so in its key, and
+    passes the check (a LayoutWarning is an error in the suite)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from raco_bench.report.figures import MARKER_PT, tradeoff_figure
+    from raco_bench.report.overlap import SELECTED, overlapping_markers
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    for x, label in ((0.5, "_first"), (0.505, "_second"), (0.2, "_apart")):
+        (line,) = ax.plot([x], [0.5], "o", ms=MARKER_PT, label=label, gid=SELECTED)
+    assert overlapping_markers(fig) == [("_first", "_second")]
+    plt.close(fig)
+
+    rows = [{"method": m, "epsilon": 1.0, "gamma": 0.05, "config_id": 0, "phase": 2, "test_max_constraint": 0.04, "test_max_constraint_sd": 0.001,
+             "test_error": 0.2, "test_error_sd": 0.001} for m in ("raco-dp", "dp-fermi")]
+    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi"], "privacy_notion": ["record-level add/remove DP"] * 2, "delta": [1e-5] * 2,
+                       "checkpoint": ["last"] * 2, "outside_budget": ["none"] * 2, "style": ["#0072B2,o", "#D55E00,s"]})
+    fig = drawn_figure(lambda: tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "violation",
+                                               "error", "t"))
+    assert overlapping_markers(fig) == []
+    assert any("1 selected point(s) set apart sideways" in t.get_text().replace("\n", " ") for t in fig.texts)
+    plt.close(fig)
+
+
 def test_method_colours_stay_distinct_for_colour_blind_readers():
     """The methods' colours differ pairwise by ΔE ≥ 10 (CIELAB) under normal vision and under simulated deuteranopia
     and protanopia (Viénot et al. 1999), and every method has its own marker; a variant of a method (the same method

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 import stores
 
 from raco_bench import tracking
+from raco_bench.benchmarks.preflight import SilentServer, closed_port
 from raco_bench.sweeps import SweepSpec
 from raco_bench.sweeps.listing import list_sweeps
 
@@ -173,6 +173,9 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
     resumed = _sweep(run, *SMOKE, *key, "--resume")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"{12 - recorded} configurations to train ({recorded} already recorded)" in resumed.stdout
+    phase2 = int(re.search(r"\[sweep\] phase 2: (\d+) configurations to train", resumed.stdout).group(1))
+    assert re.search(rf"\n{12 - recorded + phase2} configurations trained in \d+s \([\d.]+ configurations/minute\); {recorded} were recorded "
+                     "before this command and are not counted", resumed.stdout), resumed.stdout[-2000:]  # the rate counts what it trained
     assert _parents(run, SMOKE_NAME) == {1: "FINISHED", 2: "FINISHED"}
     (listed,) = list_sweeps(_uri(run))
     assert listed["state"] == "FINISHED" and listed["phases"]["1"]["recorded"] == 12 and "--resume" not in listed["command"]
@@ -184,9 +187,13 @@ def test_an_interrupted_sweep_fails_loudly_and_resume_converges_to_the_uninterru
         assert list(got.index) == list(want.index)  # every configuration once
         pd.testing.assert_series_equal(got["test_accuracy"], want["test_accuracy"])
 
-    twice = _sweep(run, *SMOKE, *key, "--resume")
-    assert twice.returncode == 0 and "0 configurations to train (12 already recorded)" in twice.stdout
-    assert "phase 2: 0 configurations to train" in twice.stdout
+    from dataclasses import replace
+
+    sweep_id = replace(SweepSpec(dataset="adult", methods=METHODS).smoke(), max_steps=100).sweep_id
+    for again in (_sweep(run, *SMOKE, *key, "--resume"), _sweep(run, *SMOKE, *key)):  # a complete sweep: resumed, or run again
+        assert again.returncode == 0 and (f"nothing to train: sweep {sweep_id} is complete (use a new --tracking-uri or --experiment for a "
+                                          "fresh sweep)") in again.stdout, again.stdout[-2000:]
+        assert "configurations to train" not in again.stdout and "Selected configurations" in again.stdout  # its logged summary
 
 
 def _plant_stale_phase2_record(run: Path, ref: Path, winners: list[dict], key: Path) -> str:
@@ -281,52 +288,23 @@ def test_a_resume_under_a_new_key_deletes_the_old_attempt_from_tune_storage_befo
 
 
 # ----------------------------------------------------------------------------------- the tracking store
-class _SilentServer:
-    """A TCP server on loopback that accepts connections and never answers (a hung tracking server)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        try:
-            while True:
-                self.conns.append(self.sock.accept()[0])
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        for c in self.conns:
-            c.close()
-        self.sock.close()
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("server", ["refused", "silent"])
 def test_an_unreachable_store_fails_on_its_probe_before_ray_or_loading(tmp_path, server):
     """A refused or a silent tracking server: the sweep fails before Ray starts and the report before it loads
     anything, on the suite's own probe (a refused connection, or no answer within ``REACH_TIMEOUT_S``) rather than
     MLflow's client, which retries for minutes, with the fix in one line. How long that takes is measured by
     ``raco-bench bench preflight``, not asserted here: a test that times itself fails on a loaded machine."""
-    silent = _SilentServer() if server == "silent" else None
-    uri = f"http://127.0.0.1:{silent.port if silent else _closed_port()}"
+    silent = SilentServer() if server == "silent" else None
+    uri = f"http://127.0.0.1:{silent.port if silent else closed_port()}"
     try:
         for cmd in ([sys.executable, str(ROOT / "sweeps" / "adult.py"), "--smoke", "--tracking-uri", uri],
-                    [sys.executable, "-m", "raco_bench.cli", "report", "--experiment", "x", "--tracking-uri", uri]):
+                    [sys.executable, "-m", "raco_bench.cli", "report", "--experiment", "x", "--tracking-uri", uri],
+                    [sys.executable, "-m", "raco_bench.cli", "train", "--dataset", "synthetic", "--tracking-uri", uri]):
             proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 2 and "is unreachable" in proc.stderr and "--tracking-uri" in proc.stderr, proc.stderr[-2000:]
+            assert proc.returncode == 2 and "is unreachable" in proc.stderr and "(from --tracking-uri)" in proc.stderr, proc.stderr[-2000:]
             reason = "timed out" if silent else "refused"
             assert reason in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+            assert "training" not in proc.stderr  # train: refused before its first step
             assert not (tmp_path / "ray_results").exists() and not (tmp_path / "mlflow.db").exists()
     finally:
         if silent:

@@ -50,8 +50,7 @@ def test_the_toy_is_tuned_with_accounted_tuning_within_its_claim(registered):
 
     from raco_bench.methods import get_method
     from raco_bench.methods.base import Budget
-    from raco_bench.privacy import events
-    from raco_bench.privacy.tuning import two_order_epsilon
+    from raco_bench.privacy.tuning_profile import ProfilePoints, hockey_stick, release_epsilon, run_pld
     from raco_bench.sweeps import accounted
     from raco_bench.sweeps.plan import make_trial
     from raco_bench.sweeps.spec import SweepSpec
@@ -61,13 +60,12 @@ def test_the_toy_is_tuned_with_accounted_tuning_within_its_claim(registered):
     trials, refs = accounted.accounted_trials(spec, 28_829, lambda m, e, g, c, p, s: make_trial(spec, 1, m, e, g, c, p, s))
     ref, plugin = refs[(TOY, 2.0)], get_method(TOY)
     assert ref.knob == "steps" and ref.epsilon_end_to_end <= 2.0 and trials
-    curves = [events.rdp(plugin.privacy_event(plugin.hyperparameters(t["params"]), 28_829,
-                                              Budget(2.0, spec.delta, spec.max_steps, t["steps"], spec.selection))) for t in trials if not t.get("skip")]
-    worst = np.max(curves, axis=0)
-    i, j = ref.orders
-    from raco_bench.privacy.rdp import ORDERS
-
-    assert two_order_epsilon(ORDERS, i, j, worst[i], worst[j], spec.tuning_mean, spec.tuning_shape, spec.delta) <= ref.epsilon_end_to_end + 1e-9
+    p = ref.points
+    deltas = np.max([hockey_stick(run_pld(plugin.privacy_event(plugin.hyperparameters(t["params"]), 28_829,
+                                                               Budget(2.0, spec.delta, spec.max_steps, t["steps"], spec.selection))),
+                                  [p.eps_tilde, p.eps_hat]) for t in trials if not t.get("skip")], axis=0)
+    worst = ProfilePoints(p.eps_tilde, float(deltas[0]), p.eps_hat, float(deltas[1]))
+    assert release_epsilon(spec.rounds, worst, spec.delta) <= ref.epsilon_end_to_end + 1e-9
 
 
 def test_the_toy_is_audited_by_the_white_box_audit(registered, one_torch_thread):

@@ -18,6 +18,10 @@ Their Theorem 5.2 makes this exact with δ, as the p-value
 and ε̂ is the largest ε this p-value rejects at the stated confidence. Several guess counts k are
 tried, each at a Bonferroni share of the confidence, so that choosing k after seeing the scores
 costs nothing.
+
+Beside it, from the same canaries and guesses, the f-DP bound of Mahloujifar, Melis & Chaudhuri (ICML 2025;
+:mod:`raco_bench.audit.fdp`): ``fdp`` under the Gaussian trade-off hypothesis (the paper's and jax-privacy's),
+``fdp-dp`` under the (ε, δ)-DP curve itself. An audit states each bound it was asked for (``OneRunAudit.bounds``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
+from raco_bench.audit import fdp
 from raco_bench.audit.bounds import check_confidence, require_record_level
 from raco_bench.methods import DEFAULT_METHOD
 
@@ -74,22 +79,39 @@ class GuessBound:
     k: int
 
 
-def best_guesses(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float,
-                 fractions: tuple[float, ...] = GUESS_FRACTIONS) -> GuessBound:
-    """ε̂ from canary scores (higher: more likely in) and their true inclusion, the best over the guess counts, each
-    tried at a Bonferroni share (1 − confidence) / len(fractions)."""
+BOUNDS = {  # name -> (ε̂ of (m, r, v, δ, level), what it is)
+    "snj": (epsilon_lower, "Steinke, Nasr & Jagielski, Theorem 5.2"),
+    "fdp": (lambda m, r, v, delta, level: fdp.epsilon_lower(m, r, v, delta, level, "gaussian"),
+            "f-DP, Mahloujifar, Melis & Chaudhuri, under the Gaussian trade-off hypothesis"),
+    "fdp-dp": (lambda m, r, v, delta, level: fdp.epsilon_lower(m, r, v, delta, level, "dp"),
+               "f-DP, Mahloujifar, Melis & Chaudhuri, under the (epsilon, delta) trade-off curve"),
+}
+
+
+def guesses(scores: np.ndarray, included: np.ndarray, fractions: tuple[float, ...] = GUESS_FRACTIONS) -> list[tuple[int, int, int]]:
+    """(k, r, v) for each guess count: "in" for the k highest scores, "out" for the k lowest, r = 2k guesses, v correct."""
     m = len(scores)
     order = np.argsort(scores, kind="stable")
-    level = (1.0 - confidence) / len(fractions)
-    best = GuessBound(0.0, 0, 0, 0)
+    out = []
     for f in fractions:
         k = max(1, int(f * m))
-        if 2 * k > m:
-            continue
-        v = int(included[order[-k:]].sum() + (~included[order[:k]]).sum())
-        eps = epsilon_lower(m, 2 * k, v, delta, level)
+        if 2 * k <= m:
+            out.append((k, 2 * k, int(included[order[-k:]].sum() + (~included[order[:k]]).sum())))
+    return out
+
+
+def best_guesses(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float,
+                 fractions: tuple[float, ...] = GUESS_FRACTIONS, bound: str = "snj") -> GuessBound:
+    """ε̂ by ``bound`` (a name in :data:`BOUNDS`) from canary scores (higher: more likely in) and their true inclusion, the
+    best over the guess counts, each tried at a Bonferroni share (1 − confidence) / len(fractions)."""
+    epsilon_of = BOUNDS[bound][0]
+    m = len(scores)
+    level = (1.0 - confidence) / len(fractions)
+    best = GuessBound(0.0, 0, 0, 0)
+    for k, r, v in guesses(scores, included, fractions):
+        eps = epsilon_of(m, r, v, delta, level)
         if eps > best.epsilon_lower or best.guesses == 0:
-            best = GuessBound(eps, 2 * k, v, k)
+            best = GuessBound(eps, r, v, k)
     return best
 
 
@@ -104,10 +126,14 @@ class OneRunAudit:
     confidence: float = 0.95
     params: tuple = ()
     seed: int = 0
+    bounds: tuple[str, ...] = ("snj", "fdp")  # the first is the headline epsilon_audited
 
     def validate(self) -> None:
         from raco_bench.methods import get_method
 
+        unknown = [b for b in self.bounds if b not in BOUNDS]
+        if not self.bounds or unknown:
+            raise ValueError(f"invalid bounds {list(self.bounds)!r}: choose one or more of {list(BOUNDS)}")
         if not get_method(self.method).private:
             raise ValueError(f"method {self.method!r} is not private: there is no claimed epsilon to audit")
         if not isinstance(self.canaries, int) or self.canaries < 20:
@@ -118,27 +144,46 @@ class OneRunAudit:
 @dataclass(frozen=True)
 class OneRunResult:
     audit: OneRunAudit
-    bound: GuessBound
+    bounds: dict  # name -> GuessBound, in the audit's order, all from the same canaries and guesses
     claimed_epsilon: float
     steps: int
     included: int
     seconds: float
+    scores: np.ndarray | None = None  # each canary's score, and whether it was included: what every bound reads
+    inclusion: np.ndarray | None = None
+
+    @property
+    def bound(self) -> GuessBound:
+        """The headline bound: the audit's first."""
+        return self.bounds[self.audit.bounds[0]]
 
     def summary(self) -> str:
-        b, a = self.bound, self.audit
+        a = self.audit
+        parts = "; ".join(f"{b.epsilon_lower:.3f} by {BOUNDS[name][1]} ({b.correct} of {b.guesses} guesses correct, k = {b.k})"
+                          for name, b in self.bounds.items())
         return (f"{a.method} on {a.dataset}, one run of {self.steps} steps with {a.canaries} canaries ({self.included} included): "
-                f"{b.correct} of {b.guesses} guesses correct (k = {b.k}); audited epsilon >= {b.epsilon_lower:.3f} at "
-                f"{a.confidence:.0%} confidence against a claimed epsilon of {self.claimed_epsilon:.3f} ({self.seconds:.0f} s)")
+                f"audited epsilon >= {parts}, at {a.confidence:.0%} confidence against a claimed epsilon of {self.claimed_epsilon:.3f} "
+                f"({self.seconds:.0f} s)")
 
     def params(self) -> dict:
         a = self.audit
         return {"method": a.method, "dataset": a.dataset, "epsilon": a.epsilon, "delta": a.delta, "runs": 1, "canaries": a.canaries,
                 "confidence": a.confidence, "seed": a.seed, "steps": self.steps, "sampling_rate": "the configuration's",
-                "variant": "one run", "guesses": self.bound.guesses, "correct": self.bound.correct, **dict(a.params)}
+                "variant": "one run", "guesses": self.bound.guesses, "correct": self.bound.correct, "bounds": ",".join(a.bounds),
+                **dict(a.params)}
 
     def metrics(self) -> dict[str, float]:
-        return {"epsilon_claimed": self.claimed_epsilon, "epsilon_audited": self.bound.epsilon_lower, "audit_seconds": self.seconds,
-                "guesses": float(self.bound.guesses), "correct_guesses": float(self.bound.correct)}
+        out = {"epsilon_claimed": self.claimed_epsilon, "epsilon_audited": self.bound.epsilon_lower, "audit_seconds": self.seconds,
+               "guesses": float(self.bound.guesses), "correct_guesses": float(self.bound.correct)}
+        out.update({f"epsilon_audited_{name.replace('-', '_')}": b.epsilon_lower for name, b in self.bounds.items()})
+        return out
+
+    def score_record(self) -> dict:
+        """The scores and inclusions with what the bounds need (m, δ, confidence): a file any implementation can re-audit."""
+        a = self.audit
+        return {"method": a.method, "dataset": a.dataset, "epsilon_claimed": self.claimed_epsilon, "delta": a.delta, "confidence": a.confidence,
+                "canaries": a.canaries, "seed": a.seed, "steps": self.steps, "guess_fractions": list(GUESS_FRACTIONS),
+                "scores": [float(x) for x in self.scores], "included": [bool(x) for x in self.inclusion]}
 
     def note(self) -> str:
         return (f"{self.audit.canaries} canaries, each a new feature column (value {CANARY_VALUE:g}, zero for every real row) with a random "
@@ -174,25 +219,27 @@ def with_canaries(ds, m: int, gen: np.random.Generator):
 def run_one_run(audit: OneRunAudit) -> OneRunResult:
     import torch
 
+    from raco_bench.audit.preprocessing import NO_EVALUATION
     from raco_bench.data.catalog import load_table
+    from raco_bench.packs.run import train_runs
     from raco_bench.training.config import RunConfig
-    from raco_bench.training.loop import execute, prepare_run
+    from raco_bench.training.loop import prepare_run
 
     audit.validate()
     t0 = time.perf_counter()
     table = load_table(audit.dataset)
     ds, included = with_canaries(table.dataset(0, "public", table.split(0)), audit.canaries, np.random.default_rng(audit.seed))
     cfg = RunConfig(dataset=audit.dataset, method=audit.method, epsilon=audit.epsilon, delta=audit.delta, seed=audit.seed,
-                    steps=audit.steps, checkpoint="last", params=dict(audit.params),
+                    steps=audit.steps, checkpoint="last", params=dict(audit.params), eval_every=NO_EVALUATION,
                     randomness="reproducible")  # an audit is repeatable from its --seed; the noise's distribution is the same
     run = prepare_run(cfg, ds)
     require_record_level(run.ctx.privacy, audit.method)
-    result = execute(run)
+    result = train_runs([run])[0]  # through the method's batched engine where it has one: the same run, faster (docs/packs.md)
     params = {k: torch.as_tensor(v, device=run.ctx.device) for k, v in result.reported_params.items()}
     logits, _ = run.method.eval_outputs(run.ctx, params, run.evals["test"])
     logp = torch.log_softmax(logits.float(), dim=1)
     y = torch.as_tensor(ds.test.y, dtype=torch.long, device=logp.device)
-    scores = logp.gather(1, y[:, None])[:, 0].cpu().numpy()
-    bound = best_guesses(scores, included, audit.delta, audit.confidence)
-    return OneRunResult(audit, bound, float(run.ctx.privacy["epsilon_spent"]), run.ctx.steps, int(included.sum()),
-                        time.perf_counter() - t0)
+    scores = logp.gather(1, y[:, None])[:, 0].cpu().numpy().astype(np.float64)
+    bounds = {name: best_guesses(scores, included, audit.delta, audit.confidence, bound=name) for name in audit.bounds}
+    return OneRunResult(audit, bounds, float(run.ctx.privacy["epsilon_spent"]), run.ctx.steps, int(included.sum()),
+                        time.perf_counter() - t0, scores, included)

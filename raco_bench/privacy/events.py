@@ -122,8 +122,14 @@ def _rdp(event: ev.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def pld(event: ev.DpEvent, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
-    """The PLD of ``event`` (add/remove adjacency, on the loss grid ``discretization``: the suite's unless a caller asks
-    for a coarser one)."""
+    """The PLD of ``event`` (add/remove adjacency, on the loss grid ``discretization``: the suite's unless a caller asks for
+    a coarser one), kept with its parts' for the next call."""
+    return build_pld(event, lambda e: pld(e, discretization), discretization)
+
+
+def build_pld(event: ev.DpEvent, part, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    """The PLD of ``event``, with each part of a composition from ``part`` (:func:`pld`, which keeps every PLD it builds; or
+    a builder that keeps none, for callers that probe many compositions), on the loss grid ``discretization``."""
     d = discretization
     if isinstance(event, ev.GaussianDpEvent):
         return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=d)
@@ -136,11 +142,11 @@ def pld(event: ev.DpEvent, discretization: float = DISCRETIZATION) -> PrivacyLos
     if isinstance(event, SharedBatchStepEvent):
         return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale), d)
     if isinstance(event, ev.SelfComposedDpEvent):
-        return pld(event.event, d).self_compose(event.count)
+        return part(event.event).self_compose(event.count)
     if isinstance(event, ev.ComposedDpEvent) and event.events:
-        out = pld(event.events[0], d)
+        out = part(event.events[0])
         for e in event.events[1:]:
-            out = out.compose(pld(e, d))
+            out = out.compose(part(e))
         return out
     raise UnsupportedEvent(f"the PLD accountant of raco_bench.privacy.events does not represent {type(event).__name__}"
                            + (" (a zCDP statement names no mechanism; convert it with the RDP curve)" if isinstance(event, ev.ZCDpEvent) else ""))

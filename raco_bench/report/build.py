@@ -4,7 +4,7 @@ The sweep is exported from MLflow as a study part (:mod:`raco_bench.report.expor
 from parts (:mod:`raco_bench.report.draw`), as ``raco-bench results`` draws a page from a study folder: there is one
 way to draw a figure. Outputs in ``--out``:
 
-* ``runs.csv``: the tidy table of every finished trial run used;
+* ``runs.csv``: the tidy table of every finished trial run used, with each run's health verdict (``health``);
 * the figures and tables of :mod:`raco_bench.report.draw` (``pareto``, ``gap``, ``fnr``, ``worst_group_loss``,
   ``satisfaction`` as PDF and PNG; ``satisfaction.csv``/``.tex``, ``spending.csv``);
 * ``walltime.{md,tex,csv}``: the latest `raco-bench bench walltime` table, when one was logged;
@@ -28,12 +28,13 @@ import pandas as pd
 from raco_bench import tracking
 from raco_bench.audit.records import AUDIT_EXPERIMENT, load_audits
 from raco_bench.benchmarks.throughput import load as load_throughput
+from raco_bench.preflight import check_store
 from raco_bench.progress import Progress
 from raco_bench.report import figures
 from raco_bench.report.audits import write_audits
 from raco_bench.report.draw import data_note, draw
 from raco_bench.report.export import export_part
-from raco_bench.report.load import ReportError, experiment_id
+from raco_bench.report.load import ReportError, experiment_id, health_labels
 from raco_bench.report.references import REFERENCE_COLUMNS, load_references
 from raco_bench.report.results_page import build_page
 from raco_bench.report.store_epsilon import store_line
@@ -54,8 +55,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
                  walltime_experiment: str = WALLTIME_EXPERIMENT, log_to_mlflow: bool = True, sweep_id: str | None = None,
                  audit_experiment: str = AUDIT_EXPERIMENT, results: Path | None = None) -> Report:
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    tracking.require_existing_store(uri)
-    tracking.check_reachable(uri)
+    check_store(uri, tracking.tracking_uri_source(tracking_uri)[1], experiment, write=log_to_mlflow, existing=True)
     progress = Progress("report", 5, every=0.0)
     part = export_part(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     df = part.rows
@@ -65,7 +65,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
     runs_csv = out / "runs.csv"
-    df.to_csv(runs_csv, index=False)
+    df.assign(health=health_labels(df.assign(max_steps=part.max_steps))).to_csv(runs_csv, index=False)  # each run's verdict
     report.files.append(runs_csv)
     drawn = draw(Study([part]), out, refs)
     report.files += drawn.files

@@ -5,7 +5,8 @@ study from its ``parts/``. Both call :func:`draw`, which writes into a folder:
 
 * ``pareto``: test error against the test constraint value, one panel per ε (paper Fig. 2);
 * ``gap``: test error against the between-group gap (``test_dp_gap`` for demographic parity, ``test_eo_gap`` for
-  equalized odds), where the published DP-FERMI points are gaps;
+  equalized odds), where the published DP-FERMI points are gaps; not drawn where the gap is the constraint value on
+  every point (it would repeat ``pareto``);
 * ``fnr``: accuracy against the false-negative rate, for that constraint;
 * ``worst_group_loss``: test error against the worst group's loss;
 * ``satisfaction``: the selected configurations against γ (Fig. 3), with ``satisfaction.csv`` and ``.tex``;
@@ -19,12 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from raco_bench.report import figures
-from raco_bench.report.load import aggregate
+from raco_bench.report.load import aggregate, health_labels
 from raco_bench.report.protocol import protocol_kind, protocol_note
 from raco_bench.report.references import axis_quantities, on_axis
+from raco_bench.report.repeats import FOLDED_NOTE, over_repeats
 from raco_bench.report.satisfaction import satisfaction_rows
 from raco_bench.report.series import label_series
 from raco_bench.report.spending import capped_text, spending_table
@@ -85,30 +88,56 @@ def _selection_notes(selections: list[dict], skipped: dict[str, int]) -> list[st
     return notes
 
 
+def same_quantity(agg: pd.DataFrame, a: str, b: str) -> bool:
+    """Whether columns ``a`` and ``b`` hold the same value on every row where either has one, to the 6 significant digits a
+    study part keeps (then one figure of each would draw the same points twice)."""
+    both = agg[[a, b]].dropna(how="all")
+    return bool(len(both)) and bool(np.isclose(both[a].to_numpy(dtype=float), both[b].to_numpy(dtype=float), rtol=1e-5, atol=1e-6).all())
+
+
+def health_notes(sat: pd.DataFrame) -> list[str]:
+    """A note per selected configuration whose health verdict flags it (docs/results.md, "Health of a result"): selection
+    may pick it (the papers' rule), but not silently. A capped one alone is already noted, and ringed."""
+    flagged = sat[~sat["health"].isin(["ok", "capped"])]
+    return [f"{r['method']} at ε = {r['epsilon']:g}, γ = {r['gamma']:g} is flagged **{r['health']}**, not worth reading as it stands "
+            f"(× in the figures): {r['health_note']}." for _, r in flagged.iterrows()]
+
+
 def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Drawn:
     """Every figure and table of the module docstring for ``study``, written into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     rows, selections = labelled(study)
+    selections = [{**s, "repeat": study.repeat_of.get(s.get("sweep_id", ""), 0)} for s in selections]  # a cell's repeats are one point
     drawn = Drawn(rows=rows, selections=selections)
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     note = title_note(study, rows)
     agg = aggregate(rows)
+    drawn.rows = rows = rows.assign(health=health_labels(rows))  # each run's verdict (phase2_runs.csv)
     axis = lambda x: on_axis(references, x, constraint)  # noqa: E731 - the published points this x-axis shows
+    gap = constraint in GAP and not same_quantity(agg, GAP[constraint][0], "test_max_constraint")
+    pareto_refs = axis("test_max_constraint")
+    if constraint in GAP and not gap and pareto_refs is not None:  # the gap is the constraint value here: its published points too
+        pareto_refs = pd.concat([pareto_refs, axis(GAP[constraint][0])]).drop_duplicates()
     drawn.files += figures.tradeoff_figure(agg, rows, out, "pareto", "test_max_constraint", "test_error",
                                            "test constraint value (largest over the constraints)", "test error",
-                                           f"{dataset}, {constraint}: test error vs test constraint value" + note, references=axis("test_max_constraint"))
-    if constraint in GAP:
+                                           f"{dataset}, {constraint}: test error vs test constraint value" + note, references=pareto_refs,
+                                           selections=selections, gamma_lines=True)
+    if constraint in GAP and not gap:
+        drawn.notes.append(f"no gap figure: every {GAP[constraint][0]} equals its test constraint value (the constraint is the gap here), "
+                           "so it would repeat the Pareto figure, which also shows the published gaps.")
+    if gap:
         x, label = GAP[constraint]
         drawn.files += figures.tradeoff_figure(agg, rows, out, "gap", x, "test_error", label, "test error",
-                                               f"{dataset}: test error vs the between-group gap" + note, references=axis(x))
+                                               f"{dataset}: test error vs the between-group gap" + note, references=axis(x), selections=selections)
     if constraint == "false-negative-rate":
         drawn.files += figures.tradeoff_figure(agg, rows, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
                                                f"{dataset}: accuracy vs false-negative rate" + note, minimise_y=False, references=axis("test_fnr"),
-                                               reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]))
+                                               reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]), selections=selections, gamma_lines=True)
     if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
         drawn.files += figures.tradeoff_figure(agg, rows, out, "worst_group_loss", "test_worst_group_loss", "test_error",
                                                "test worst-group loss (largest mean cross-entropy of a group; log scale)", "test error",
-                                               f"{dataset}: test error vs worst-group loss (bounded group loss)" + note, xscale="log")
+                                               f"{dataset}: test error vs worst-group loss (bounded group loss)" + note, xscale="log",
+                                               selections=selections)
     xs = ["test_max_constraint"] + ([GAP[constraint][0]] if constraint in GAP else []) + (["test_fnr"] if constraint == "false-negative-rate" else [])
     shown = set().union(*(axis_quantities(x, constraint) for x in xs))
     for _, ref in (references if references is not None else pd.DataFrame(columns=["quantity"])).iterrows():
@@ -122,12 +151,17 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
         sat.to_csv(out / "satisfaction.csv", index=False)
         (out / "satisfaction.tex").write_text(satisfaction_latex(sat, f"{dataset}, {constraint}"))
         drawn.files += [out / "satisfaction.csv", out / "satisfaction.tex"]
-        drawn.files += figures.satisfaction_figure(sat, rows, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + note)
+        shown, folded = over_repeats(sat.assign(repeat=sat["sweep_id"].map(lambda i: study.repeat_of.get(i, 0))), ["method", "epsilon", "gamma"],
+                                     ["test_max_constraint", "test_error", "share_meeting", "steps", "epsilon_spent"])
+        drawn.files += figures.satisfaction_figure(shown, rows, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + note)
+        if folded:
+            drawn.notes.append(FOLDED_NOTE.format(n=folded))
         drawn.spending = spending_table(sat, rows)
         drawn.spending.to_csv(out / "spending.csv", index=False)
         drawn.files.append(out / "spending.csv")
         drawn.notes += [f"{r['method']} at ε = {r['epsilon']:g}, γ = {r['gamma']:g}: {capped_text(r)}; ringed in the figures."
                         for _, r in sat[sat["capped"]].iterrows()]
+        drawn.notes += health_notes(sat)
     elif not selections:
         drawn.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
     return drawn

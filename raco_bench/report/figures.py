@@ -23,8 +23,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from raco_bench.report.dodge import dodge  # noqa: E402
 from raco_bench.report.marks import CAPPED_LABEL, capped_cap, capped_handle, ring  # noqa: E402
-from raco_bench.report.overlap import warn_overlaps  # noqa: E402
+from raco_bench.report.overlap import SELECTED, warn_marker_overlaps, warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
 from raco_bench.report.references import reference_label  # noqa: E402
 
@@ -97,8 +98,8 @@ def privacy_caption(df: pd.DataFrame) -> str:
         ends = sorted({round(float(e), 3) for e in accounted["epsilon_end_to_end"].dropna()})
         tuning = (f"Hyperparameter tuning IS privacy-accounted: each private method's point is the model released by a private "
                   f"{accounted['tuning_note'].iloc[0]} (non-private methods are searched the same way, spending nothing); ε is that model's "
-                  f"end-to-end ε, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: the figure "
-                  "shows several repetitions and budgets, which together spend more.")
+                  f"end-to-end ε by privacy profiles, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: "
+                  "the figure shows several repetitions and budgets, which together spend more.")
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
     a_only = " A-only DP protects only the group (x and y public): NOT comparable with record DP." if any("A-only" in n for n in notions) else ""
@@ -159,21 +160,36 @@ def suptitle(fig, title: str) -> None:
 LEGEND_ROW_IN = 0.19  # height of a legend row at 8 pt, in inches
 
 
-def below_axes(fig, bottom_axes, xlabel: str, handles: list, labels: list, ncol: int, caption_text: str) -> None:
+LEGEND_CHAR_IN = 0.058  # width of a legend character at 8 pt, in inches
+LEGEND_ENTRY_IN = 0.55  # a legend entry's marker, padding and column spacing
+
+
+def legend_columns(fig, labels: list[str]) -> int:
+    """As many legend columns as entries of the longest label fit across the figure: a compact legend, never wider."""
+    widest = LEGEND_ENTRY_IN + LEGEND_CHAR_IN * max((len(label) for label in labels), default=1)
+    return max(1, min(len(labels), int(fig.get_figwidth() // widest)))
+
+
+def below_axes(fig, bottom_axes, xlabel: str, handles: list, labels: list, ncol: int | None, caption_text: str) -> None:
     """Under the lowest panels, at fixed distances in inches (so that tall and short figures look alike): one x label
-    shared by the panels (per-panel labels of neighbouring panels run into each other), the legend, the caption."""
+    shared by the panels (per-panel labels of neighbouring panels run into each other), the legend (``ncol`` columns,
+    None: as many as fit), the caption."""
     height = fig.get_figheight()
     y0 = min(ax.get_position().y0 for ax in bottom_axes)
     fig.text(0.5, y0 - 0.36 / height, xlabel, ha="center", va="top", fontsize=10)
     legend_top = y0 - 0.62 / height
-    fig.legend(handles, labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, legend_top), fontsize=8, frameon=False)
+    ncol = ncol or legend_columns(fig, labels)
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, legend_top), fontsize=8, frameon=False,
+               handletextpad=0.4, columnspacing=1.2)
     rows = math.ceil(len(labels) / ncol)
     caption(fig, caption_text, legend_top - (rows * LEGEND_ROW_IN + 0.12) / height)
 
 
 def save(fig, out: Path, stem: str) -> list[Path]:
-    """Write the figure as PDF and PNG, after checking it for overlapping text (a :class:`LayoutWarning` names the pairs)."""
+    """Write the figure as PDF and PNG, after checking it for overlapping text and for selected points hidden under
+    others (a :class:`LayoutWarning` names the pairs)."""
     warn_overlaps(fig, f"{out.name}/{stem}")
+    warn_marker_overlaps(fig, f"{out.name}/{stem}")
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
     fig.savefig(paths[0], bbox_inches="tight", metadata={"CreationDate": None})  # no date: a regenerated page diffs only where it changed
     fig.savefig(paths[1], dpi=150, bbox_inches="tight")
@@ -229,97 +245,182 @@ def _panels(epsilons: list[float]):
     return fig, list(axes[0])
 
 
+GAMMA_FILLS = (("full", "filled"), ("none", "hollow"), ("left", "left half"), ("bottom", "bottom half"), ("right", "right half"),
+               ("top", "top half"))  # a selected point's fill says the γ it was selected for (a key in the legend)
+MARKER_PT = 6.0  # a selected point's marker size (points)
+FLAG_MARK = "x"  # over a point the health rules flag (raco_bench.training.health): not worth reading
+FLAG_GID = "health-flag"  # the gid of those marks
+
+
+def gamma_fills(gammas) -> dict[float, str]:
+    """Each γ's fill style, smallest γ filled; more γ than fills reuse them (the key says which)."""
+    values = sorted({float(g) for g in gammas if g == g})
+    return {g: GAMMA_FILLS[i % len(GAMMA_FILLS)][0] for i, g in enumerate(values)}
+
+
+def _gamma_key(fills: dict[float, str]) -> tuple[list, list]:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", color="0.25", fillstyle=fill, linestyle="", markersize=MARKER_PT) for fill in fills.values()]
+    return handles, [f"selected at γ = {g:g}" for g in fills]
+
+
+def _limits(values: np.ndarray, spreads: np.ndarray, keep: np.ndarray, fixed: np.ndarray, log: bool) -> tuple[float, float, float]:
+    """(low, high, cap) of an axis fitted to the selected points (:func:`readable_limits`, in log10 on a log axis) and
+    always holding the ``fixed`` values (published points, γ lines)."""
+    v, s, k, f = (np.asarray(a, dtype=float) for a in (values, spreads, keep, fixed))
+    if log:
+        positive = v > 0
+        s = np.where(positive, np.log10(np.where(positive, v + np.nan_to_num(s), 1.0)) - np.log10(np.where(positive, v, 1.0)), 0.0)
+        v, k, f = (np.log10(np.where(a > 0, a, np.nan)) for a in (v, k, f))
+    if not np.isfinite(v).any() and np.isfinite(f).any():
+        v, s = f, np.zeros(len(f))
+    low, high, cap = readable_limits(v, s, k)
+    if np.isfinite(f).any():
+        low, high = min(low, float(np.nanmin(f))), max(high, float(np.nanmax(f)))
+        pad = 0.03 * (high - low)
+        low, high = low - pad, high + pad
+    if log:
+        return 10 ** low, 10 ** high, 10 ** cap if math.isfinite(cap) else math.inf
+    return low, high, cap
+
+
 def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x: str, y: str, xlabel: str, ylabel: str,
                     title: str, minimise_y: bool = True, references: pd.DataFrame | None = None,
                     reference_xy: Callable[[pd.DataFrame], tuple] = lambda r: (r["constraint_value"], r["error"]),
-                    xscale: str = "linear") -> list[Path]:
-    """One panel per private ε; every method's configurations (phase 1, faint), its phase-2 points with
-    their spread over seeds, and its non-dominated points joined. Non-private methods appear in every panel."""
+                    xscale: str = "linear", selections: list[dict] | None = None, gamma_lines: bool = False) -> list[Path]:
+    """One panel per private ε; every method's selected configurations (one point per selection, filled by the γ it was
+    selected for, with the spread over its phase-2 seeds), its non-dominated ones joined, its phase-1 configurations
+    faint behind them. Non-private methods appear in every panel. The axes are fitted to the selected points (and the
+    published ones): phase-1 points outside are not drawn and are counted in the caption, a selected point far from the
+    rest is drawn at the edge with its value. ``gamma_lines``: the x-axis is the constrained quantity, so each γ is a
+    line. Points that would hide each other are set apart sideways (:mod:`raco_bench.report.dodge`)."""
+    from raco_bench.report.points import selected_points
+
     private_eps = sorted(e for e in agg["epsilon"].unique() if math.isfinite(e)) or [math.inf]
     styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
-    fig, axes = _panels(private_eps)
-    drawn = []  # (ax, x, y, sd, colour, phase, on the frontier): the y-limits are set once every panel is drawn
-    for ax, eps in zip(axes, private_eps):
-        panel = agg[(agg["epsilon"] == eps) | (~np.isfinite(agg["epsilon"]))]
-        for method, rows in panel.groupby("method"):
-            color, marker = style(method)
-            p1 = rows[rows["phase"] == 1]
-            ax.scatter(p1[x], p1[y], s=10, color=color, alpha=0.25, marker=marker, linewidths=0)
-            drawn.append((ax, p1[x].to_numpy(), p1[y].to_numpy(), np.zeros(len(p1)), color, 1, np.zeros(len(p1), bool)))
-            best = rows[rows["phase"] == 2]
-            if best.empty:
-                continue  # no selected configuration here: its phase-1 points alone, faint (never drawn as phase-2 means)
-            pts = np.column_stack([best[x].to_numpy(), best[y].to_numpy() if minimise_y else -best[y].to_numpy()])
-            ax.errorbar(best[x], best[y], xerr=best.get(x + "_sd"), yerr=best.get(y + "_sd"), fmt=marker, color=color, ms=5,
-                        capsize=2, alpha=0.9)
-            front = frontier(pts)
-            if len(front):
-                ax.plot(best[x].to_numpy()[front], best[y].to_numpy()[front], "-", color=color, lw=1.5)
-            ring(ax, best[x], best[y], best.get("capped"), color)
-            on_front = np.zeros(len(best), bool)
-            on_front[front] = True
-            sd = best.get(y + "_sd", pd.Series(0.0, index=best.index)).to_numpy()
-            drawn.append((ax, best[x].to_numpy(), best[y].to_numpy(), sd, color, 2, on_front))
+    points = selected_points(agg, selections)
+    fills = gamma_fills(points["selected_gamma"])
+    in_panel = lambda frame, eps: frame[(frame["epsilon"] == eps) | (~np.isfinite(frame["epsilon"]))]  # noqa: E731
+    refs = []
+    for eps in private_eps:
         if references is not None and not references.empty:
             ref = references[(references["epsilon"].isna()) | (references["epsilon"] == eps)]
-            notion = ref["notion"] if "notion" in ref else pd.Series("", index=ref.index)
-            for (method, note), rows in ref.assign(notion=notion.fillna("")).groupby(["method", "notion"]):
-                rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
-                ax.scatter(rx, ry, marker="*", s=50, facecolor="none", edgecolor=style(method)[0], linewidths=1.0,
-                           label=reference_label(method, note))
-                drawn.append((ax, rx, ry, np.zeros(len(ry)), style(method)[0], 0, np.ones(len(ry), bool)))  # always on the axis
+            refs.append(ref.assign(notion=(ref["notion"] if "notion" in ref else pd.Series("", index=ref.index)).fillna("")))
+        else:
+            refs.append(pd.DataFrame())
+    ref_xy = [np.column_stack([np.asarray(v, dtype=float) for v in reference_xy(r)]) if len(r) else np.zeros((0, 2)) for r in refs]
+    fixed = np.concatenate(ref_xy) if ref_xy else np.zeros((0, 2))
+    front_y = points[y].to_numpy(dtype=float)[_fronts(points, x, y, minimise_y)] if len(points) else np.zeros(0)
+    lines = np.asarray(list(fills) if gamma_lines else [], dtype=float)  # each γ's line is on the axis too
+    xlow, xhigh, xcap = _limits(points[x].to_numpy(dtype=float), _spread(points, x), np.zeros(0), np.concatenate([fixed[:, 0], lines]),
+                                xscale == "log")
+    ylow, yhigh, ycap = _limits(points[y].to_numpy(dtype=float), _spread(points, y), front_y, fixed[:, 1], False)
+    if xscale != "log" and (agg[x].dropna() >= 0).all() and xlow < 0:
+        xlow = 0.0
+    fig, axes = _panels(private_eps)
+    for ax in axes:
+        ax.set_xscale(xscale)
+        ax.set_xlim(xlow, xhigh)
+        ax.set_ylim(ylow, yhigh)
+    _tidy_axis(axes[0], xscale, nonnegative=False)
+    hidden = total = moved = 0
+    clipped = flagged = False
+    for ax, eps, ref in zip(axes, private_eps, refs):
+        phase1 = in_panel(agg[agg["phase"] == 1], eps)
+        inside = phase1[x].between(xlow, xhigh) & phase1[y].between(ylow, yhigh)
+        total, hidden = total + len(phase1), hidden + int((~inside).sum())
+        for method, rows in phase1[inside].groupby("method"):
+            color, marker = style(method)
+            ax.scatter(rows[x], rows[y], s=10, color=color, alpha=0.25, marker=marker, linewidths=0, zorder=1)
+        panel = in_panel(points, eps)
+        shown_x = np.minimum(panel[x].to_numpy(dtype=float), xhigh)
+        shown_y = np.minimum(panel[y].to_numpy(dtype=float), yhigh)
+        ringed = panel.get("capped", pd.Series(False, index=panel.index)).fillna(False).astype(bool).to_numpy()
+        placed_x, n_moved = dodge(ax, shown_x, shown_y, np.full(len(shown_x), MARKER_PT / 2))
+        moved += n_moved
+        panel = panel.assign(_x=placed_x, _y=shown_y, _ring=ringed)
+        for method, rows in panel.groupby("method"):
+            color, marker = style(method)
+            front = _fronts(rows, x, y, minimise_y)
+            if len(front):
+                line = rows.iloc[front].sort_values(x)
+                ax.plot(line["_x"], line["_y"], "-", color=color, lw=1.5, zorder=2)
+            for gamma, group in rows.groupby(rows["selected_gamma"].fillna(-1.0)):
+                bars = ax.errorbar(group["_x"], group["_y"], xerr=_bars(group, x), yerr=_bars(group, y), fmt=marker, color=color, ms=MARKER_PT,
+                                   fillstyle=fills.get(float(gamma), "full"), capsize=2, alpha=0.9, zorder=3)
+                bars.lines[0].set_gid(SELECTED)
+                bars.lines[0].set_label(f"_{method} γ={gamma:g}")
+            ring(ax, rows["_x"], rows["_y"], rows["_ring"], color)
+            bad = ~rows.get("health", pd.Series("ok", index=rows.index)).isin(["ok", "capped"])
+            if bad.any():
+                flagged = True
+                ax.scatter(rows["_x"][bad], rows["_y"][bad], marker=FLAG_MARK, s=28, color="black", linewidths=1.0, zorder=6, gid=FLAG_GID)
+            for _, r in rows[(rows[x] > xhigh) | (rows[y] > yhigh)].iterrows():
+                clipped = True
+                if r[y] > yhigh:
+                    mark_clipped(ax, [r["_x"]], [r[y]], yhigh, color, True, yhigh)
+                if r[x] > xhigh:
+                    ax.annotate(f"▶ {r[x]:.2g}", (xhigh, r["_y"]), textcoords="offset points", xytext=(-2, 6), ha="right", fontsize=6, color=color)
+        for (method, note), rows in (ref.groupby(["method", "notion"]) if len(ref) else []):
+            rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
+            ax.scatter(rx, ry, marker="*", s=50, facecolor="none", edgecolor=style(method)[0], linewidths=1.0,
+                       label=reference_label(method, note), zorder=3)
+        if gamma_lines:
+            for g in fills:
+                if xlow < g < xhigh:
+                    ax.axvline(g, color="0.55", lw=0.8, ls=":", zorder=0)
+                    ax.text(g, 0.985, f"γ = {g:g}", transform=ax.get_xaxis_transform(), rotation=90, ha="right", va="top", fontsize=6,
+                            color="0.4")
         ax.set_title(_eps_label(eps))
         ax.grid(alpha=0.3)
-    for ax in axes:
-        _tidy_axis(ax, xscale, nonnegative=bool((agg[x].dropna() >= 0).all()))
     axes[0].set_ylabel(ylabel)
-    clipped = _set_readable_ylim(axes, drawn)
     handles, labels = _method_entries(agg["method"].unique(), styles, names)
     ref_handles, ref_labels = _legend_entries(axes)  # the published points, each source once
-    key_handles, key_labels = _marker_key(df, clipped, capped_cap(agg))
-    ncol = 2 if len(axes) == 1 else 3  # the legend no larger than the figure: no blank margins in the saved image
+    gamma_handles, gamma_labels = _gamma_key(fills)
+    key = _marker_key(df, capped_cap(points), hidden, total, clipped, flagged, moved)
     suptitle(fig, title)
-    below_axes(fig, axes, xlabel, handles + ref_handles + key_handles, labels + ref_labels + key_labels, ncol, privacy_caption(df))
+    below_axes(fig, axes, xlabel, handles + ref_handles + gamma_handles, labels + ref_labels + gamma_labels, None,
+               key + "\n" + privacy_caption(df))
     return save(fig, out, stem)
 
 
-def _marker_key(df: pd.DataFrame, clipped: bool, cap: str = "") -> tuple[list, list]:
-    """Legend entries that explain the markers: faint phase-1 configurations, the reported points, clipped points and
-    capped models (``cap``: their cap on T, empty when none is capped)."""
-    from matplotlib.lines import Line2D
+def _spread(frame: pd.DataFrame, col: str) -> np.ndarray:
+    return frame[col + "_sd"].to_numpy(dtype=float) if col + "_sd" in frame else np.zeros(len(frame))
 
+
+def _bars(frame: pd.DataFrame, col: str):
+    """The spread of ``col`` over phase-2 seeds, None when the frame has none."""
+    return frame[col + "_sd"].to_numpy(dtype=float) if col + "_sd" in frame else None
+
+
+def _fronts(points: pd.DataFrame, x: str, y: str, minimise_y: bool) -> np.ndarray:
+    """Positions (in ``points``) of its non-dominated points, per method and ε panel: each method's line."""
+    idx: list[int] = []
+    for _, rows in points.groupby(["method", "epsilon"], dropna=False):
+        pts = np.column_stack([rows[x].to_numpy(dtype=float), rows[y].to_numpy(dtype=float) * (1 if minimise_y else -1)])
+        idx += [int(points.index.get_loc(rows.index[i])) for i in frontier(pts)]
+    return np.asarray(sorted(set(idx)), dtype=int)
+
+
+def _marker_key(df: pd.DataFrame, cap: str, hidden: int, total: int, clipped: bool, flagged: bool, moved: int) -> str:
+    """What the markers mean, as the caption's first lines (the legend keeps only methods, published points and γ)."""
     accounted = bool((df.get("tuning", pd.Series(dtype=str)) == "accounted").any())
-    reported = ("released models: mean ± sd over the search's repetitions; line: non-dominated" if accounted
-                else "selected configurations: mean ± sd over fresh phase-2 seeds; line: non-dominated")
-    handles = [Line2D([], [], marker="o", color="0.4", alpha=0.3, linestyle="", markersize=4),
-               Line2D([], [], marker="o", color="0.2", linestyle="-", markersize=5)]
-    labels = ["faint: every phase-1 configuration (mean over its seeds)", reported]
+    reported = ("the released models: mean ± sd over the search's repetitions" if accounted
+                else "the selected configurations: mean ± sd over fresh phase-2 seeds")
+    text = [f"Markers with bars: {reported}, filled by the γ they were selected for (legend); line: non-dominated. Faint: every phase-1 "
+            "configuration (mean over its seeds)" + (f"; {hidden} of {total} lie outside the axes, fitted to the selected points, and are "
+                                                     "not drawn." if hidden else ".")]
     if clipped:
-        handles.append(Line2D([], [], marker="^", color="0.2", linestyle="", markersize=5))
-        labels.append("▲ at the top: off the axis (reported points: their value)")
+        text.append("▲/▶ at the edge: a selected point off the axis, with its value.")
     if cap:
-        handles.append(capped_handle())
-        labels.append(CAPPED_LABEL.format(cap=cap))
-    return handles, labels
-
-
-def _set_readable_ylim(axes, drawn) -> bool:
-    """One y-range for all panels (they share the axis), from every drawn point (phase-1 ones without their spread),
-    capped above collapsed outliers; out-of-range points marked. True when some point was off the axis."""
-    if not drawn:
-        return False
-    centres = np.concatenate([d[2] for d in drawn])
-    spreads = np.concatenate([d[3] for d in drawn])
-    keep = np.concatenate([d[2][d[6]] for d in drawn])
-    low, high, cap = readable_limits(centres, spreads, keep)
-    if not math.isfinite(cap):
-        return False
-    for ax in axes:
-        ax.set_ylim(low, high)
-    for ax, xs, ys, _, color, phase, _ in drawn:
-        mark_clipped(ax, xs, ys, high, color, phase == 2, high)
-    return True
+        text.append(CAPPED_LABEL.format(cap=cap) + ".")
+    if flagged:
+        text.append("×: flagged by the health rules (a constant or one-class predictor, or too few steps): not worth reading; notes on the page.")
+    if moved:
+        text.append(f"{moved} selected point(s) set apart sideways by half a marker width where another would hide them.")
+    return " ".join(text)
 
 
 def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, title: str) -> list[Path]:
@@ -346,6 +447,10 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
             middle.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2)
             ring(top, m["gamma"], m["test_max_constraint"], m.get("capped"), color)
             ring(middle, m["gamma"], m["test_error"], m.get("capped"), color)
+            bad = ~m.get("health", pd.Series("ok", index=m.index)).isin(["ok", "capped"])
+            for ax, col in ((top, "test_max_constraint"), (middle, "test_error")):
+                if bad.any():
+                    ax.scatter(m["gamma"][bad], m[col][bad], marker=FLAG_MARK, s=28, color="black", linewidths=1.0, zorder=6, gid=FLAG_GID)
             bottom.plot(m["gamma"], 100 * m["share_meeting"], marker + "-", color=color, ms=5)
         top.set_title(_eps_label(eps))
         bottom.set_ylim(-5, 105)
@@ -360,6 +465,11 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     if capped_cap(rows):
         line_handles.append(capped_handle())
         line_labels.append(CAPPED_LABEL.format(cap=capped_cap(rows)))
+    if "health" in rows and (~rows["health"].isin(["ok", "capped"])).any():
+        from matplotlib.lines import Line2D
+
+        line_handles.append(Line2D([], [], marker=FLAG_MARK, color="black", linestyle="", markersize=6))
+        line_labels.append("×: flagged by the health rules, not worth reading (notes on the page)")
     suptitle(fig, title + "\n(bottom: share of the selected configuration's phase-2 runs meeting γ on test)")
     below_axes(fig, axes[2], "target γ", handles + line_handles, labels + line_labels, 2 if n == 1 else 3, privacy_caption(df))
     return save(fig, out, stem)

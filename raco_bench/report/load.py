@@ -9,6 +9,7 @@ import pandas as pd
 from raco_bench import tracking
 from raco_bench.report.spending import capped
 from raco_bench.sweeps.results import results_of, sweep_starts, trained
+from raco_bench.training.health import Evidence, judge
 
 
 class ReportError(ValueError):
@@ -50,7 +51,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     cap on T with less than 90 % of its budget spent are marked ``capped`` (:mod:`raco_bench.report.spending`)."""
     keys = [k for k in ("sweep_id", "method", "epsilon", "gamma", "config_id", "phase") if k in df.columns]
     frame = df.assign(epsilon=df["epsilon"].astype(float).fillna(math.inf), gamma=df["gamma"].astype(float).fillna(-1.0))
-    for col in ("steps", "epsilon_spent", "test_dp_gap", "test_eo_gap", "max_steps"):
+    for col in ("steps", "epsilon_spent", "test_dp_gap", "test_eo_gap", "max_steps", *EVIDENCE):
         if col not in frame:
             frame[col] = math.nan
     g = frame.groupby(keys, dropna=False)
@@ -61,7 +62,17 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         test_worst_group_loss=("test_worst_group_loss", "mean"), test_worst_group_loss_sd=("test_worst_group_loss", "std"),
         test_accuracy_sd=("test_accuracy", "std"), test_dp_gap=("test_dp_gap", "mean"), test_dp_gap_sd=("test_dp_gap", "std"),
         test_eo_gap=("test_eo_gap", "mean"), test_eo_gap_sd=("test_eo_gap", "std"), steps=("steps", "mean"),
-        epsilon_spent=("epsilon_spent", "mean"), max_steps=("max_steps", "first"),
+        epsilon_spent=("epsilon_spent", "mean"), max_steps=("max_steps", "first"), **{col: (col, "mean") for col in EVIDENCE},
     ).reset_index()
     out["capped"] = (out["phase"] == 2) & capped(out["steps"], out["epsilon_spent"], out["epsilon"], out["max_steps"])
+    out["health"] = health_labels(out)
     return out
+
+
+EVIDENCE = ("passes", "test_constant_accuracy", "test_rows", "test_top_class_share")  # besides accuracy, T, ε: what a verdict reads
+
+
+def health_labels(frame: pd.DataFrame) -> list[str]:
+    """The health verdict (:mod:`raco_bench.training.health`) of each row of ``frame``, a run or a configuration's means,
+    judged from its columns; a rule whose column is missing (a store from before it) is not applied."""
+    return [judge(Evidence.of(row)).label for row in frame.to_dict("records")]

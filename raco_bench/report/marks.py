@@ -17,7 +17,7 @@ def ring(ax, xs, ys, marked, color: str) -> None:
     keep = np.asarray(marked, dtype=bool)
     if keep.any():
         ax.scatter(np.asarray(xs, dtype=float)[keep], np.asarray(ys, dtype=float)[keep], s=RING_SIZE, facecolor="none", edgecolor=color,
-                   linewidths=1.2, zorder=4)
+                   linewidths=1.2, zorder=2.5)  # under the markers: a ring never hides another method's point
 
 
 def capped_cap(frame: pd.DataFrame) -> str:

@@ -55,22 +55,24 @@ def split_floor(split: EvalSplit, n_groups: int, n_classes: int, constraint: str
     return float(np.median(deviation)), float(np.quantile(deviation, 0.9))
 
 
+def split_floor_row(ds, name: str, constraint: str, draws: int = DRAWS, seed: int = 0) -> dict:
+    """The floor of the loaded dataset ``ds``'s split ``name`` (val, test) under ``constraint``: a row of :data:`COLUMNS`."""
+    problem = build_constraint(constraint, ds.n_groups, ds.n_classes, 0.0)
+    split = getattr(ds, name)
+    evaluated = EvalSplit.for_problem(split, problem, torch.device("cpu"))
+    median, p90 = split_floor(evaluated, ds.n_groups, ds.n_classes, constraint, draws, seed)
+    present = np.bincount(split.group, minlength=ds.n_groups)
+    return dict(dataset=ds.name, constraint=constraint, split=name, rows=len(split.y), smallest_group_rows=int(present[present > 0].min()),
+                floor_median=median, floor_p90=p90, draws=draws)
+
+
 def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0, schema: str | None = None, data: str | None = None) -> pd.DataFrame:
     """The floor of ``dataset``'s validation and test splits under ``constraint`` (the sweeps' split, seed 0), one
     row per split (:data:`COLUMNS`); a user's dataset is read from its ``schema`` and ``data`` files."""
     from raco_bench.data import load_dataset
 
     ds = load_dataset(dataset, download=False, schema=schema, data=data)
-    problem = build_constraint(constraint, ds.n_groups, ds.n_classes, 0.0)
-    rows = []
-    for name in ("val", "test"):
-        split = getattr(ds, name)
-        evaluated = EvalSplit.for_problem(split, problem, torch.device("cpu"))
-        median, p90 = split_floor(evaluated, ds.n_groups, ds.n_classes, constraint, draws, seed)
-        present = np.bincount(split.group, minlength=ds.n_groups)
-        rows.append(dict(dataset=dataset, constraint=constraint, split=name, rows=len(split.y), smallest_group_rows=int(present[present > 0].min()),
-                         floor_median=median, floor_p90=p90, draws=draws))
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    return pd.DataFrame([split_floor_row(ds, name, constraint, draws, seed) for name in ("val", "test")], columns=list(COLUMNS))
 
 
 def write_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None, data: str | None = None) -> Path:

@@ -1,7 +1,11 @@
-"""Overlapping text in a rendered matplotlib figure: every visible label (titles, axis labels, the tick labels
-actually drawn, legend entries, annotations, captions) as its box on the canvas, and every pair of boxes that
-intersect. :func:`raco_bench.report.figures.save` warns with :class:`LayoutWarning` for each figure that has
-one; the test suite turns that warning into an error (``pyproject.toml``), so no figure with colliding text passes.
+"""Overlapping text and hidden markers in a rendered matplotlib figure.
+
+Text: every visible label (titles, axis labels, the tick labels actually drawn, legend entries, annotations,
+captions) as its box on the canvas, and every pair of boxes that intersect. Markers: every marker of the artists a
+figure names as its selected points (gid :data:`SELECTED`: the selected configurations) as a disc on the canvas,
+and every pair of which one hides the other (:func:`hides`), so that no selected point is drawn under another.
+:func:`raco_bench.report.figures.save` warns with :class:`LayoutWarning` for each figure that has either; the test
+suite turns that warning into an error (``pyproject.toml``), so no figure with colliding text or hidden markers passes.
 """
 
 from __future__ import annotations
@@ -61,9 +65,57 @@ def overlapping_texts(fig, tolerance_px: float = TOLERANCE_PX) -> list[tuple[str
     return found
 
 
-def warn_overlaps(fig, name: str) -> list[tuple[str, str]]:
-    pairs = overlapping_texts(fig)
+def _warn(pairs: list[tuple[str, str]], name: str, what: str) -> list[tuple[str, str]]:
     if pairs:
         shown = "; ".join(f"{a!r} over {b!r}" for a, b in pairs[:5])
-        warnings.warn(LayoutWarning(f"{name}: {len(pairs)} overlapping text pair(s): {shown}"), stacklevel=3)
+        warnings.warn(LayoutWarning(f"{name}: {len(pairs)} overlapping {what} pair(s): {shown}"), stacklevel=3)
     return pairs
+
+
+def warn_overlaps(fig, name: str) -> list[tuple[str, str]]:
+    return _warn(overlapping_texts(fig), name, "text")
+
+
+# ------------------------------------------------------------------------------------------ markers
+SELECTED = "selected"  # the gid of the artists whose markers a figure names (its selected points and their rings)
+
+
+def selected_markers(fig) -> list[tuple[object, str, float, float, float]]:
+    """Every marker of the figure's :data:`SELECTED` artists as (axes, label, x, y, radius), in display pixels: the
+    markers of lines (errorbars) and of scatter collections (rings)."""
+    import numpy as np
+
+    fig.canvas.draw()
+    px_per_pt = fig.dpi / 72.0
+    found = []
+    for ax in fig.axes:
+        for line in ax.lines:
+            if line.get_gid() == SELECTED and line.get_marker() not in (None, "", "None", " "):
+                xy = ax.transData.transform(np.asarray(line.get_xydata(), dtype=float))
+                found += [(ax, line.get_label(), x, y, line.get_markersize() * px_per_pt / 2) for x, y in xy if np.isfinite([x, y]).all()]
+        for coll in ax.collections:
+            if coll.get_gid() == SELECTED and len(coll.get_offsets()):
+                sizes = np.broadcast_to(coll.get_sizes(), (len(coll.get_offsets()),))
+                xy = ax.transData.transform(np.asarray(coll.get_offsets(), dtype=float))
+                found += [(ax, coll.get_label(), x, y, np.sqrt(s) * px_per_pt / 2) for (x, y), s in zip(xy, sizes) if np.isfinite([x, y]).all()]
+    return found
+
+
+def hides(distance: float, ra: float, rb: float) -> bool:
+    """Whether two markers of radii ``ra``, ``rb`` with centres ``distance`` apart (pixels) hide one another: the centre
+    of one lies inside the other (then at least about two fifths of the smaller is covered). Markers that only touch
+    or overlap at their edges stay readable, and are allowed."""
+    return distance < max(ra, rb)
+
+
+def overlapping_markers(fig) -> list[tuple[str, str]]:
+    """The pairs of the figure's selected markers (:func:`selected_markers`) of which one hides the other (:func:`hides`)."""
+    found = []
+    for (ax_a, a, xa, ya, ra), (ax_b, b, xb, yb, rb) in combinations(selected_markers(fig), 2):
+        if ax_a is ax_b and hides(((xa - xb) ** 2 + (ya - yb) ** 2) ** 0.5, ra, rb):
+            found.append((a, b))
+    return found
+
+
+def warn_marker_overlaps(fig, name: str) -> list[tuple[str, str]]:
+    return _warn(overlapping_markers(fig), name, "marker")

@@ -180,7 +180,8 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
     lines += _repeat_lines(page, study, drawn)
     if not drawn.satisfaction.empty:
         several = len(study.parts) > 1  # then each row says its part (config ids are per part)
-        sat = drawn.satisfaction.drop(columns=["steps", "epsilon_spent", "max_steps", "capped"] + ([] if several else ["sweep_id"])).round(4)
+        sat = drawn.satisfaction.drop(columns=["steps", "epsilon_spent", "max_steps", "capped", "health_note"]
+                                      + ([] if several else ["sweep_id"])).round(4)
         sat = sat.rename(columns={"sweep_id": "part"})
         lines += ["## Selected configurations on test (satisfaction.csv)", "", sat.to_markdown(index=False), ""]
         lines += ["## T and ε spent: the selected models and phase 1 (spending.csv)", "",

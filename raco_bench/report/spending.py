@@ -11,14 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-CAP_SHARE = 0.9  # a capped model spent less than this share of its ε
+from raco_bench.training.health import CAP_SHARE, capped
 
-
-def capped(steps, spent, epsilon, cap) -> np.ndarray:
-    """Element-wise: T reached the cap and less than CAP_SHARE of a finite ε was spent (NaN anywhere: not capped)."""
-    t, used, eps, limit = (np.asarray(v, dtype=float) for v in (steps, spent, epsilon, cap))
-    with np.errstate(invalid="ignore"):
-        return (t >= limit) & np.isfinite(eps) & (used < CAP_SHARE * eps)
+__all__ = ["CAP_SHARE", "capped", "capped_text", "phase1_medians", "spending_table"]
 
 
 def capped_text(row) -> str:

@@ -3,31 +3,32 @@
 
 For each (method, ε, γ) and each of R independent repetitions, the sweep:
 
-1. draws the number of configurations K from a truncated negative binomial (shape η, mean E[K];
-   :func:`sample_tnb`), from a seed fixed before any data is read;
+1. draws the number of configurations K from its distribution (a truncated negative binomial of shape η and
+   mean E[K], or a Poisson of mean E[K] when η = inf; :class:`raco_bench.privacy.rounds.Rounds`), from a seed
+   fixed before any data is read;
 2. draws K configurations independently from the method's search space (the defaults are not
    favoured: every run is an independent copy of the same randomised algorithm);
 3. trains each once with private checkpoint selection: each run releases its model and the noisy
    validation counts of its checkpoints (a Laplace release per checkpoint), inside its own budget;
 4. releases the run with the best noisy validation accuracy among those whose noisy validation
-   constraints hold (post-processing of what the runs released); none, if no run's do.
+   constraints hold (post-processing of what the runs released); none, if no run's do (or K = 0).
 
-Papernot & Steinke's Theorem 2 bounds the release for a pair of orders (λ, λ̂) when every run is
-(λ, ε)-RDP and (λ̂, ε̂)-RDP. A run's RDP curve comes from the mechanism events its method says it releases
-(``Method.privacy_event``, :mod:`raco_bench.privacy.events`), and what a configuration may spend is set by its
-tuning knob (``Method.tuning_knob``: T for RaCO-DP, DP-SGD and DP post-processing, the noise multiplier for
-DP-FERMI, the zCDP budget ρ for budget tailoring). The sweep fixes both orders before any run: the reference
-run is the method's default configuration at the knob value that spends the most while the theorem's bound,
-converted to (ε, δ), is the target ε (:func:`reference`), and the pair is the one that gives it
-(:func:`raco_bench.privacy.tuning.release_orders`). Each drawn configuration then trains at the knob value that
-spends the most while its RDP at λ and at λ̂ is at most the reference's (:func:`dominated`), so the released
-model's end-to-end ε is at most the target, and that ε is what every run, the sweep and the figures state.
-(Asking a run to stay under the whole reference curve would be valid too, but a configuration whose curve has
-another shape, a smaller σ say, would then get almost no steps.)
+The claim is the privacy-profile bound (1) of :mod:`raco_bench.privacy.tuning_profile` (after Koskela, Redberg &
+Wang): it reads the base run's profile δ_Q at two points ε̃ and ε̂, and covers every search whose runs all have a
+profile at most those two values there. A run's profile comes from the PLD of the mechanism events its method says
+it releases (``Method.privacy_event``, :mod:`raco_bench.privacy.events`; RaCO-DP's is the joint PLD of its
+shared-batch step), and what a configuration may spend is set by its tuning knob (``Method.tuning_knob``: T for
+RaCO-DP, DP-SGD and DP post-processing, the noise multiplier for DP-FERMI, the zCDP budget ρ for budget tailoring).
+The sweep fixes both points before any run: the reference run is the method's default configuration at the knob
+value that spends the most while (1), at its best pair, is the target ε (:func:`reference`). Each drawn
+configuration then trains at the knob value that spends the most while its own δ at ε̃ and at ε̂ is at most the
+reference's (:func:`dominated`), so the released model's end-to-end ε is at most the target, and that ε is what
+every run, the sweep and the figures state. Beside it the sweep states Papernot & Steinke's RDP theorem on the
+reference run (Theorem 2, Theorem 6 for a Poisson K), the reference figure the profile bound is compared with.
 
-The methods: every private method whose claim is record-level (its events have an RDP curve); a method whose
-claim is of another kind (PF-LD, the sensitive-attribute modes) is refused with the reason. The core code here
-names no method: it asks each for its knob and its events.
+The methods: every private method whose claim is record-level (its events have a PLD); a method whose claim is of
+another kind (PF-LD, the sensitive-attribute modes) is refused with the reason. The core code here names no method:
+it asks each for its knob and its events.
 """
 
 from __future__ import annotations
@@ -44,25 +45,14 @@ from raco_bench.methods.base import Budget
 from raco_bench.methods.space import sample_configs
 from raco_bench.privacy import events
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
-from raco_bench.privacy.tuning import release_orders, repeat_and_select, tnb_gamma
+from raco_bench.privacy.tuning import repeat_and_select
+from raco_bench.privacy.tuning_profile import ProfilePoints, covered, search_epsilon
 from raco_bench.sweeps.calibration import apply_calibrated
 
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
 REPEAT_STRIDE = 100_000  # config_id = repeat · REPEAT_STRIDE + index: unique per (method, ε, γ)
-
-
-def sample_tnb(shape: float, mean: float, rng: np.random.Generator) -> int:
-    """K ≥ 1 from the truncated negative binomial of Papernot & Steinke with shape η and mean ``mean``:
-    P(K = k) ∝ C(k + η − 1, k)(1 − γ)^k for k ≥ 1 (η = 0: the logarithmic distribution ∝ (1 − γ)^k / k)."""
-    gamma = tnb_gamma(shape, mean)
-    if shape == 0:
-        return int(rng.logseries(1.0 - gamma))
-    while True:  # numpy's negative binomial counts failures before η successes of probability γ; truncate at 0
-        k = int(rng.negative_binomial(shape, gamma))
-        if k >= 1:
-            return k
 
 
 def _budget(spec, epsilon: float) -> Budget:
@@ -72,13 +62,13 @@ def _budget(spec, epsilon: float) -> Budget:
 @dataclass(frozen=True)
 class RunFamily:
     """One configuration's runs along its tuning knob (``Method.tuning_knob``: T, a noise multiplier, a zCDP budget...):
-    for each knob value, what the trial fixes (``changes``) and the run's RDP curve, from its privacy events."""
+    for each knob value, what the trial fixes (``changes``) and what the run releases (its privacy event)."""
 
     method: Any
     params: dict
     n_train: int
     budget: Budget
-    problem: Any  # CalibrationProblem | None: None when the run has no knob (its one curve is fixed)
+    problem: Any  # CalibrationProblem | None: None when the run has no knob (its one event is fixed)
 
     @staticmethod
     def of(method, params: dict, n_train: int, budget: Budget) -> "RunFamily":
@@ -87,26 +77,29 @@ class RunFamily:
     def changes(self, value: float | None) -> dict:
         return {} if self.problem is None else self.method.calibrated(self.problem, value)
 
-    def curve(self, value: float | None) -> RdpCurve:
+    def event(self, value: float | None):
         fixed = self.changes(value)
         hyper = self.method.hyperparameters({**self.params, **fixed.get("params", {})})
-        event = self.method.privacy_event(hyper, self.n_train, replace(self.budget, steps=fixed.get("steps", self.budget.steps)))
-        return RdpCurve(ORDERS, tuple(float(x) for x in events.rdp(event)))
+        return self.method.privacy_event(hyper, self.n_train, replace(self.budget, steps=fixed.get("steps", self.budget.steps)))
+
+    def curve(self, value: float | None) -> RdpCurve:
+        return RdpCurve(ORDERS, tuple(float(x) for x in events.rdp(self.event(value))))
 
     def passes(self, value: float, ok) -> bool:
-        """``ok`` of the run at ``value``; False where the method refuses the value (e.g. a budget ρ that leaves nothing to train)."""
+        """``ok`` of the run's event at ``value``; False where the method refuses the value (e.g. a budget ρ that leaves
+        nothing to train) or the run spends beyond what the bound can state."""
         try:
-            return ok(self.curve(value))
+            return ok(self.event(value))
         except events.UnsupportedEvent:
             raise
         except ValueError:
             return False
 
     def most_within(self, ok) -> float | None:
-        """The knob value that spends the most while ``ok(curve)`` holds; None when there is no knob (then ``ok`` must hold
-        for the one curve) — raises ValueError when no value passes."""
+        """The knob value that spends the most while ``ok(event)`` holds; None when there is no knob (then ``ok`` must hold
+        for the one event) — raises ValueError when no value passes."""
         if self.problem is None:
-            if not ok(self.curve(None)):
+            if not ok(self.event(None)):
                 raise ValueError("no value passes")
             return None
         knob = self.problem.knob
@@ -119,7 +112,7 @@ class RunFamily:
 
 def supports_accounting(method_name: str, spec=None, n_train: int | None = None) -> str | None:
     """None when accounted tuning can run ``method_name``, else why not: its runs must describe their releases as mechanism
-    events with an RDP curve (``Method.privacy_event``), which record-level claims do."""
+    events with a privacy loss distribution (``Method.privacy_event``), which record-level claims do."""
     method = get_method(method_name)
     if not method.private:
         return None  # a non-private method spends nothing to tune (it has no ε to state)
@@ -129,22 +122,26 @@ def supports_accounting(method_name: str, spec=None, n_train: int | None = None)
     family = RunFamily.of(method, defaults, n_train, _budget(spec, spec.epsilons[0]))
     try:
         value = family.problem.solve() if family.problem is not None else None
-        family.curve(value)
+        events.rdp(family.event(value))  # its PLD, which costs seconds, is asked for by the reference (with this message)
     except events.UnsupportedEvent as e:
-        return (f"accounted tuning needs the RDP curve of {method_name}'s run: {e}; drop it with --methods, or sweep it with "
-                "--tuning not-accounted")
+        return _unsupported(method_name, e)
     return None
+
+
+def _unsupported(method_name: str, e: Exception) -> str:
+    return (f"accounted tuning needs the privacy loss distribution and RDP curve of {method_name}'s run: {e}; drop it with --methods, "
+            "or sweep it with --tuning not-accounted")
 
 
 @dataclass(frozen=True)
 class Reference:
-    """The RDP curve every run of one (method, ε) must stay under, and what the release then spends."""
+    """The two profile values every run of one (method, ε) must stay under, and what the release then spends."""
 
     knob: str  # what the reference run's calibration set ("steps", "noise_multiplier", "rho"; "" without a knob)
     value: float | None  # its value for the reference run (the method's defaults)
-    curve: RdpCurve
-    orders: tuple[int, int]  # indices of (λ, λ̂) in the curve's orders
-    epsilon_end_to_end: float  # of the released model (≤ the target)
+    points: ProfilePoints  # the reference run's δ at (ε̃, ε̂): the bound (1) covers every run at or below both
+    epsilon_end_to_end: float  # of the released model, by (1) (≤ the target): the claim
+    epsilon_rdp: float  # Papernot & Steinke's theorem on the reference run's RDP curve: the reference figure beside it
 
 
 def _seed(*parts) -> int:
@@ -152,38 +149,38 @@ def _seed(*parts) -> int:
 
 
 def reference(spec, method_name: str, epsilon: float, n_train: int) -> Reference:
-    """The default configuration at the knob value that spends the most while the release of the best of K ~ TNB runs
-    like it stays within ``epsilon`` end to end (Theorem 2), and the pair of orders that gives that bound."""
+    """The default configuration at the knob value that spends the most while the release of the best of K runs like it
+    stays within ``epsilon`` end to end by (1), the pair of profile points that gives that bound, and the RDP figure."""
     method = get_method(method_name)
     defaults = sample_configs(method, 1, n_train, spec.search_seed)[0]
     family = RunFamily.of(method, defaults, n_train, _budget(spec, epsilon))
+    rounds = spec.rounds
     try:
-        value = family.most_within(lambda c: repeat_and_select(c, spec.tuning_mean, spec.tuning_shape).epsilon(spec.delta) <= epsilon)
+        value = family.most_within(lambda event: search_epsilon(event, rounds, spec.delta)[0] <= epsilon)
+    except events.UnsupportedEvent as e:
+        raise ValueError(_unsupported(method_name, e)) from None
     except ValueError:
         raise ValueError(f"accounted tuning of {method_name} at epsilon={epsilon}: the budget does not allow one run of the default "
-                         f"configuration with E[K]={spec.tuning_mean}; raise epsilon or lower --tuning-mean") from None
-    curve = family.curve(value)
-    i, j, eps = release_orders(curve, spec.tuning_mean, spec.tuning_shape, spec.delta)
-    return Reference(family.problem.knob.name if family.problem is not None else "", value, curve, (i, j), eps)
+                         f"configuration with {rounds.describe()}; raise epsilon or lower --tuning-mean") from None
+    event = family.event(value)
+    eps, points = search_epsilon(event, rounds, spec.delta)
+    rdp = repeat_and_select(family.curve(value), spec.tuning_mean, spec.tuning_shape).epsilon(spec.delta)
+    return Reference(family.problem.knob.name if family.problem is not None else "", value, points, eps, float(rdp))
 
 
 def dominated(family: RunFamily, ref: Reference) -> float | None:
-    """The knob value that spends the most while the run's RDP at the reference's two orders λ and λ̂ is at most the
+    """The knob value that spends the most while the run's δ at the reference's two points ε̃ and ε̂ is at most the
     reference's at both (so the release's bound is the reference's); raises ValueError when none is."""
-    i, j = ref.orders
-
-    def ok(curve: RdpCurve) -> bool:
-        return curve.values[i] <= ref.curve.values[i] and curve.values[j] <= ref.curve.values[j]
-
-    return family.most_within(ok)
+    return family.most_within(lambda event: covered(event, ref.points))
 
 
 def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
     """Every run of the accounted search, as trials (``make_trial(method, ε, γ, config_id, params, seed)``), and the references
     by (method, ε). Non-private methods are searched the same way (their tuning costs no privacy)."""
     trials, refs = [], {}
-    note = (f"random search over K ~ TNB(η = {spec.tuning_shape:g}, E[K] = {spec.tuning_mean:g}) configurations, the best noisy validation "
-            f"score released; {spec.tuning_repeats} independent repetitions")
+    rounds = spec.rounds
+    note = (f"random search over {rounds.describe()} configurations, the best noisy validation score released; "
+            f"{spec.tuning_repeats} independent repetitions")
     for method_name in spec.methods:
         why = supports_accounting(method_name, spec, n_train)
         if why:
@@ -197,7 +194,7 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
             for gamma in gammas:
                 for r in range(spec.tuning_repeats):
                     rng = np.random.default_rng(_seed(spec.search_seed, method_name, eps, gamma, r))
-                    K = sample_tnb(spec.tuning_shape, spec.tuning_mean, rng)
+                    K = rounds.sample(rng)
                     configs = sample_configs(method, K + 1, n_train, _seed(spec.search_seed, method_name, eps, gamma, r, "configs"))[1:]
                     for i, params in enumerate(configs):
                         t = make_trial(method_name, eps, gamma, r * REPEAT_STRIDE + i, params, r * REPEAT_STRIDE + i)
@@ -211,10 +208,11 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
 def _fix(trial: Trial, family: RunFamily, ref: Reference) -> None:
     """Set what the trial's knob value fixes (its T, calibrated parameters), or skip it when no value fits the reference."""
     trial["epsilon_end_to_end"] = ref.epsilon_end_to_end
+    trial["epsilon_end_to_end_rdp"] = ref.epsilon_rdp
     try:
         fixed = family.changes(dominated(family, ref))
     except ValueError:
-        fixed = {"skip": "its run cannot fit under the reference RDP curve"}
+        fixed = {"skip": "its run cannot fit under the reference's privacy profile"}
     apply_calibrated(trial, fixed)
 
 
@@ -230,12 +228,14 @@ class Release:
     trial_key: str | None  # the released run; None when no run's noisy validation constraints held
     config_id: int | None
     val_accuracy: float | None  # the selection score: noisy for a private method, exact for a non-private one
-    epsilon_end_to_end: float | None
+    epsilon_end_to_end: float | None  # the claim, by privacy profiles
+    epsilon_end_to_end_rdp: float | None = None  # the RDP theorem's figure for the same reference
 
 
-def select_released(spec, results: list[dict]) -> list[Release]:
+def select_released(spec, results: list[dict], refs: dict | None = None) -> list[Release]:
     """Per (method, ε, γ, repetition): the run with the best noisy validation accuracy among those noisily feasible at γ
-    (a non-private method, which spends no budget, on its exact validation scores)."""
+    (a non-private method, which spends no budget, on its exact validation scores). The end-to-end ε is the reference's
+    (``refs``, from :func:`accounted_trials`) or, without it, the one the runs state (none when K = 0)."""
     out = []
     for method_name in spec.methods:
         method = get_method(method_name)
@@ -249,6 +249,8 @@ def select_released(spec, results: list[dict]) -> list[Release]:
                     ok = [x for x in runs if math.isfinite(x.get(acc, math.nan)) and x.get(con, math.inf) <= gamma]
                     best = max(ok, key=lambda x: (x[acc], -x["config_id"])) if ok else None
                     e2e = next((x.get("epsilon_end_to_end") for x in runs if x.get("epsilon_end_to_end") is not None), None)
+                    ref = (refs or {}).get((method_name, eps))
                     out.append(Release(method_name, eps, gamma, r, len(runs), best["trial_key"] if best else None,
-                                       best["config_id"] if best else None, best[acc] if best else None, e2e))
+                                       best["config_id"] if best else None, best[acc] if best else None,
+                                       ref.epsilon_end_to_end if ref is not None else e2e, ref.epsilon_rdp if ref is not None else None))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from raco_bench import usage
 from raco_bench.privacy.counter_rng import RANDOMNESS_MODES
 from raco_bench.sweeps.configurations import CONFIG_RUNS_LIMIT
 from raco_bench.sweeps.spec import SweepSpec
@@ -25,7 +26,7 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     p.add_argument("--smoke", action="store_true",
                    help="a small sweep that finishes in a few minutes on 2 CPU cores (epsilon 1, gamma 0.05, 2 configurations x 2 seeds, then 2)")
     p.add_argument("--demo", action="store_true",
-                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (about 1.5 minutes on 2 cores)")
+                   help="the README's main job: epsilon 1, gamma 0.05 and 0.1, 12 configurations x 2 seeds, then 5 seeds (its measured time: README)")
     p.add_argument("--epsilons", type=float, nargs="+", help=f"privacy budgets (default: {' '.join(map(str, b.epsilons))})")
     p.add_argument("--gammas", type=float, nargs="+", help=f"constraint slacks (default: {' '.join(map(str, b.gammas))})")
     p.add_argument("--methods", nargs="+", help=f"registered methods (default: {' '.join(b.methods)})")
@@ -51,10 +52,11 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
                         "selection, charged to the budget) or paper (selection OUTSIDE the budget)")
     p.add_argument("--tuning", choices=["not-accounted", "accounted"],
                    help="not-accounted (default): the papers' two-phase protocol, tuning outside the budget (stated on every figure); "
-                        "accounted: private random search with K ~ truncated negative binomial, selection on noisy validation scores, "
+                        "accounted: private random search with K ~ truncated negative binomial or Poisson, selection on noisy validation scores, "
                         "the released model's end-to-end epsilon is the budget (raco-dp, dp-sgd and non-private methods)")
     p.add_argument("--tuning-mean", type=float, help=f"accounted: mean number of configurations E[K] per search (default: {b.tuning_mean:g})")
-    p.add_argument("--tuning-shape", type=float, help=f"accounted: eta of K's distribution, 1 = geometric (default: {b.tuning_shape:g})")
+    p.add_argument("--tuning-shape", type=float,
+                   help=f"accounted: eta of K's distribution, 1 = geometric, 0 = logarithmic, inf = Poisson (default: {b.tuning_shape:g})")
     p.add_argument("--tuning-repeats", type=int,
                    help=f"accounted: independent repetitions of the search, the figure's error bars (default: {b.tuning_repeats})")
     p.add_argument("--randomness", choices=list(RANDOMNESS_MODES),
@@ -88,8 +90,9 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--pack-size", type=int, default=None,
                    help="configurations trained together in one Ray trial (default: chosen from the sweep size and the device; 1 trains each alone)")
-    p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
-    args = p.parse_args(argv)
+    p.add_argument("--gpu-fraction", type=float, default=None,
+                   help="GPU share per trial (default: $RACO_BENCH_GPUS_PER_TRIAL, 1 on cluster.yaml's GPU nodes; 0 trains on CPUs)")
+    args = usage.parse_args(p, argv)  # an unknown flag: the usage and the closest flag the sweep knows
     if args.pack_size is not None and args.pack_size < 1:
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")
     if not args.pack_checkpoint_s > 0:

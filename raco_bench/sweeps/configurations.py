@@ -68,7 +68,7 @@ def configuration_records(spec: SweepSpec, parent_id: str, results: list[dict], 
                 tracking.DESCRIPTION: (f"Phase-1 configuration {config_id} of {method} at {tracking.eps_text(epsilon)}, "
                                        f"gamma={tracking.gamma_text(gamma)}: the mean (and _sd) over its {len(rows)} seeds. Selected for "
                                        f"gamma: {selected}. Seed-level rows: the packs' {tracking.PACK_TABLE}.")}
-        name = f"{tracking.eps_text(epsilon)} gamma={tracking.gamma_text(gamma)} {method} config={config_id} (mean of {len(rows)} seeds)"
+        name = f"{method} {tracking.eps_text(epsilon)} gamma={tracking.gamma_text(gamma)} config={config_id} (mean of {len(rows)} seeds)"
         records[key] = tracking.RunRecord(name, tags, dict(rows[0]["params"]), metrics, dataset)
     return records
 

@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 from raco_bench.methods import get_method
 from raco_bench.methods.space import sample_configs
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.training.health import constant_predictor_accuracy
 
 
 class PlannedTrial(TypedDict):
@@ -65,6 +66,7 @@ class Trial(PlannedTrial, total=False):
     tuning_runs: int
     tuning_note: str
     epsilon_end_to_end: float
+    epsilon_end_to_end_rdp: float
     train_metrics: bool
     # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): its files and their digest
     schema: str
@@ -184,26 +186,6 @@ class Selection:
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
 
 
-def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:
-    """The best accuracy of a constant, possibly randomised, binary predictor that meets ``constraint`` at slack γ, on
-    labels whose share of positives is ``positive_rate``: the bar a trained model must not fall below (docs/sweeps.md,
-    "Seeds that fail").
-
-    * demographic parity, equalized odds: every constant predictor has zero gaps, so the bar is the majority rate;
-    * false-negative rate ≤ γ: predicting positive with probability p has FNR 1 − p, so p ≥ 1 − γ and the best such
-      predictor reaches max(γ·r₀ + (1 − γ)·r₁, r₁), with r₀, r₁ the negative and positive rates;
-    * any other constraint: None (no constant predictor is known to meet it; only divergence counts as failure).
-    """
-    r1 = float(positive_rate)
-    r0 = 1.0 - r1
-    if constraint in ("demographic-parity", "equalized-odds"):
-        return max(r0, r1)
-    if constraint == "false-negative-rate":
-        g = min(max(float(gamma), 0.0), 1.0)
-        return max(g * r0 + (1.0 - g) * r1, r1)
-    return None
-
-
 def failure_baseline(constraint: str, val_labels) -> Baseline:
     """γ -> the failure bar of :func:`constant_predictor_accuracy` on these validation labels (their positive rate, once)."""
     positive_rate = sum(int(y) == 1 for y in val_labels) / len(val_labels)
@@ -301,13 +283,19 @@ def make_packs(trials: list[Trial], pack_size: int) -> list[dict]:
     return packs
 
 
+GPU_PACK_LIMIT = 65_536  # configurations per GPU trial at most; a trial trains them in packs that fit its device's free memory
+
+
 def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
-    """At least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations per
-    pack on a CPU and 1,024 on a GPU, and on a CPU at most what ``fits(limit)`` says fits the node's memory
-    (:func:`raco_bench.packs.memory.largest_pack`)."""
-    cap = 1024 if gpu else 256
-    size = max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))
-    return min(size, fits(size)) if fits is not None and not gpu else size
+    """On a CPU: at least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations
+    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.packs.memory.largest_pack`).
+    On GPUs: one trial per slot (a larger pack trains more configurations per second on a device), at most
+    :data:`GPU_PACK_LIMIT`; the trial sizes its packs from the free memory of the device it lands on
+    (:func:`raco_bench.packs.memory.largest_pack_on_device`), so the host's memory does not limit it here."""
+    if gpu:
+        return max(1, min(GPU_PACK_LIMIT, math.ceil(n_trials / max(slots, 1.0))))
+    size = max(1, min(256, math.ceil(n_trials / max(2.0 * slots, 1.0))))
+    return min(size, fits(size)) if fits is not None else size
 
 
 def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:

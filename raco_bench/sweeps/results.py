@@ -22,6 +22,7 @@ COLUMNS = [
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
     "selection_noise", "selection_checkpoints",  # checkpoint=private: what the store's ε composes (raco_bench/sweeps/store_privacy.py)
+    "test_top_class_share", "test_constant_accuracy", "test_rows", "passes",  # what the health verdict reads (raco_bench.training.health)
     "batch_stream", "key_id",  # the batches a configuration drew: its stream (empty: its own) under its key's fingerprint (the store's ε)
 ]
 OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end")  # None when absent

@@ -26,10 +26,12 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-from raco_bench import tracking
+from raco_bench import preflight, tracking
 from raco_bench.packs.memory import DataShape
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
@@ -54,11 +56,12 @@ from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 from raco_bench.sweeps.tune_storage import drop_pack_folders, experiment_name, experiment_prefix, trial_name
+from raco_bench.training.health import OK, Evidence, Health, judge
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
 
-def validate(spec: SweepSpec, tracking_uri: str | None):
+def validate(spec: SweepSpec, tracking_uri: str | None, storage_path: str | None = None):
     """Everything that can be checked before anything is written."""
     from raco_bench.constraints import BUILDERS
     from raco_bench.data import load_dataset
@@ -71,10 +74,19 @@ def validate(spec: SweepSpec, tracking_uri: str | None):
         if reason:
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    tracking.check_reachable(uri)  # before the dataset is read and Ray starts: an unreachable store fails in seconds
+    # before the dataset is read and Ray starts: a store that cannot be reached or written fails in seconds
+    preflight.check_store(uri, tracking.tracking_uri_source(tracking_uri)[1], spec.experiment)
+    storage = tune_storage(storage_path)
+    if "://" not in storage.value:
+        preflight.check_folder(storage, "Tune's storage", "pass --storage-path a writable folder (or set $RACO_BENCH_STORAGE)")
     ds = load_dataset(spec.dataset, preprocessing=spec.preprocessing, schema=spec.schema or None, data=spec.data or None,
                       validation_split=spec.repeat)
     return ds, uri
+
+
+def tune_storage(flag: str | None) -> preflight.Setting:
+    """Where Tune keeps its state: ``--storage-path``, else ``$RACO_BENCH_STORAGE``, else ./ray_results."""
+    return preflight.setting(flag, "--storage-path", "ray_results", env="RACO_BENCH_STORAGE", default_note="./ray_results in the working directory")
 
 
 def sweep_key(spec: SweepSpec, args) -> bytes | None:
@@ -123,18 +135,19 @@ def not_recorded(trials: list[Trial], uri: str, experiment_id: str, spec: SweepS
 
 
 def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, storage: str, key: bytes | None = None,
-              shape: DataShape | None = None, planned: int | None = None) -> None:
-    """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow; trials already
-    recorded are never rerun. A pack that fails is retried by Tune from its last checkpoint (``--max-failures``); packs
-    that still fail because a worker ran out of memory are trained again in packs of half the size. An interrupted or
-    failed phase marks its parent run KILLED or FAILED and raises :class:`PhaseIncomplete`."""
+              shape: DataShape | None = None, planned: int | None = None) -> int:
+    """Train a phase's trials as packs (one Tune trial per pack) until every one is recorded in MLflow, and return
+    how many this call trained (what a rate counts); trials already recorded are never rerun. A pack that fails is
+    retried by Tune from its last checkpoint (``--max-failures``); packs that still fail because a worker ran out of
+    memory are trained again in packs of half the size. An interrupted or failed phase marks its parent run KILLED
+    or FAILED and raises :class:`PhaseIncomplete`."""
     if not trials:
-        return
+        return 0
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, phase, asdict(spec))
     tracking.set_status(uri, parent, "RUNNING")
     tracking.set_tags(uri, parent, {PLANNED: str(planned or len(trials))})  # what `raco-bench sweeps` counts against (a TPE phase: all rounds)
     try:
-        _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key, shape)
+        return _train_phase(spec, phase, trials, args, uri, experiment_id, parent, storage, key, shape)
     except PhaseIncomplete as exc:
         tracking.set_status(uri, parent, exc.status)
         raise
@@ -148,7 +161,7 @@ def run_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, 
 
 
 def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: str, experiment_id: str, parent: str, storage: str,
-                 key: bytes | None, shape: DataShape | None = None) -> None:
+                 key: bytes | None, shape: DataShape | None = None) -> int:
     import ray
 
     resources, _ = _resources(args)
@@ -158,7 +171,8 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
         print(f"[sweep] phase {phase}: {len(stale)} packs an attempt under another key left incomplete were deleted with all they "
               f"recorded, in MLflow and in Tune's storage ({len(folders)} trial folders); they train anew under this key", flush=True)
     todo = not_recorded(trials, uri, experiment_id, spec, phase)
-    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
+    trained = len(todo)
+    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else gpu_slots(ray.cluster_resources().get("GPU", 0.0), resources["gpu"])
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
     unlimited = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
@@ -187,6 +201,7 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
         raise PhaseIncomplete(phase, recorded, len(trials), "FAILED", f"{len(errors)} pack(s) failed after {args.max_failures} retries; "
                               f"first: {errors[0]!r}; fix the cause")
     print(f"[sweep] phase {phase}: {len(trials)}/{len(trials)} configurations recorded", flush=True)
+    return trained
 
 
 def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, args, uri: str, experiment_id: str, parent: str, storage: str,
@@ -230,6 +245,20 @@ def _trial_name(trial) -> str:
 
 
 GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
+CLUSTER_GPUS_ENV = "RACO_BENCH_CLUSTER_GPUS"  # the GPUs the cluster can scale up to (cluster.yaml, the KubeRay manifest)
+
+
+def gpu_slots(gpus_up: float, fraction: float) -> float:
+    """How many GPU trials a phase plans for: the GPUs the cluster can scale up to (``RACO_BENCH_CLUSTER_GPUS``, which
+    the cluster's configuration sets) or, where more are up, those, divided by each trial's share. On an autoscaling
+    cluster the GPU workers join after the sweep starts: planning for the GPUs up at that moment (none) would put a
+    phase in one pack for one GPU."""
+    raw = os.environ.get(CLUSTER_GPUS_ENV, "0")
+    try:
+        declared = float(raw)
+    except ValueError:
+        raise ValueError(f"invalid {CLUSTER_GPUS_ENV}={raw!r}: the number of GPUs the cluster can scale up to, such as 8") from None
+    return max(gpus_up, declared, 1.0) / fraction
 
 
 def _resources(args) -> tuple[dict, str]:
@@ -240,9 +269,9 @@ def _resources(args) -> tuple[dict, str]:
     try:
         frac = float(raw)
     except ValueError:
-        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 0.25") from None
+        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 1") from None
     if not 0 <= frac <= 8:
-        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (0.25 = four trials per GPU)")
+        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (1 = one trial per GPU, 0.25 = four)")
     return ({"cpu": 1, "gpu": frac} if frac else {"cpu": 1}), "auto"
 
 
@@ -260,8 +289,23 @@ def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> 
                     "epsilon_spent": value("epsilon_spent"), "noisy_val_accuracy": value("noisy_val_accuracy"),
                     "noisy_val_max_constraint": value("noisy_val_max_constraint", math.inf), "repeat": row["repeat"],
                     "epsilon_end_to_end": row["epsilon_end_to_end"],
+                    **{k: value(k) for k in HEALTH_EVIDENCE},
                     "labels": {k: str(row[k]) for k in LABEL_TAGS if row[k] == row[k] and row[k] not in ("", None)}})
     return out
+
+
+HEALTH_EVIDENCE = ("steps", "passes", "test_constant_accuracy", "test_rows", "test_top_class_share")  # what a verdict reads besides accuracy
+
+
+def selection_health(runs: list[dict], epsilon, max_steps: int) -> Health:
+    """The verdict on a selected configuration (raco_bench.training.health): its phase-2 runs' means."""
+    def avg(key: str) -> float:
+        values = [r[key] for r in runs if r.get(key) is not None and math.isfinite(r[key])]
+        return mean(values)
+
+    return judge(Evidence(steps=avg("steps"), passes=avg("passes"), accuracy=avg("test_accuracy"), constant_accuracy=avg("test_constant_accuracy"),
+                          rows=avg("test_rows"), top_class_share=avg("test_top_class_share"),
+                          epsilon=math.inf if epsilon is None else float(epsilon), epsilon_spent=avg("epsilon_spent"), max_steps=max_steps))
 
 
 def mean(xs: list[float]) -> float:
@@ -273,29 +317,95 @@ def sd(xs: list[float]) -> float:
     return (sum((x - mean(xs)) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else math.nan
 
 
+@dataclass(frozen=True)
+class Column:
+    """A column of the summary table: its header, its cell for a selection's row (a dict of :func:`summarize`'s rows),
+    its alignment. A column is as wide as its widest cell. One more column is one more entry of :data:`SUMMARY_COLUMNS`."""
+
+    header: str
+    cell: Callable[[dict], str]
+    left: bool = False
+
+
+SUMMARY_COLUMNS = (
+    Column("method", lambda r: r["method"], left=True),
+    Column("eps", lambda r: str(r["epsilon"])),
+    Column("gamma", lambda r: f"{r['gamma']:g}"),
+    Column("config", lambda r: str(r["config_id"])),
+    Column("feasible", lambda r: r["feasible_configs"]),
+    Column("test acc (mean ± sd)", lambda r: f"{r['test_accuracy_mean']:.4f} ± {r['test_accuracy_sd']:.4f}"),
+    Column("test constraint", lambda r: f"{r['test_constraint_mean']:.4f}"),
+    Column("meets gamma", lambda r: f"{r['share_meeting_gamma']:.2f}"),
+    Column("health", lambda r: r["health"], left=True),  # raco_bench.training.health: ok, or the rules it breaks
+)
+UNSELECTED = 5  # columns an unselected row fills (method to feasible) before its reason
+
+
+def summary_lines(rows: list[dict], columns: tuple[Column, ...] = SUMMARY_COLUMNS) -> list[str]:
+    """The header and a line per row, each column as wide as its widest cell; a row without a configuration says why
+    after its first :data:`UNSELECTED` cells."""
+    cells = [[c.cell({**r, "config_id": "-"}) if r["config_id"] is None and i < UNSELECTED else ("" if r["config_id"] is None else c.cell(r))
+              for i, c in enumerate(columns)] for r in rows]
+    widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    line = lambda texts: " ".join(f"{t:{'<' if c.left else '>'}{w}s}" for c, w, t in zip(columns, widths, texts)).rstrip()  # noqa: E731
+    lines = [line([c.header for c in columns])]
+    for r, row in zip(rows, cells):
+        if r["config_id"] is None:
+            lines.append(line(row[:UNSELECTED]) + "   no configuration met gamma on validation"
+                         + (f" ({r['failed_configs']} excluded: a phase-1 seed failed)" if r["failed_configs"] else ""))
+        else:
+            lines.append(line(row))
+    return lines
+
+
 def summarize(spec: SweepSpec, selections: list[Selection], phase2: list[dict]) -> tuple[str, list[dict]]:
+    """The selected configurations' phase-2 results, a row each with its health verdict, as a table (with a line per
+    flagged verdict and per γ whose winner is less accurate than a tighter γ's) and as rows."""
     rows = []
     for sel in selections:
         runs = [r for r in phase2 if r["method"] == sel.method and r["epsilon"] == sel.epsilon and r["config_id"] == sel.config_id
                 and (r["gamma"] is None or r["gamma"] == sel.gamma)]
         acc = [r["test_accuracy"] for r in runs if math.isfinite(r["test_accuracy"])]
         con = [r["test_max_constraint"] for r in runs if math.isfinite(r["test_max_constraint"])]
+        health = selection_health(runs, sel.epsilon, spec.max_steps) if runs else None
         rows.append({"method": sel.method, "epsilon": sel.epsilon, "gamma": sel.gamma, "config_id": sel.config_id,
                      "feasible_configs": f"{sel.n_feasible}/{sel.n_configs}", "failed_configs": sel.n_failed, "phase2_runs": len(runs),
                      "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc), "test_constraint_mean": mean(con),
-                     "share_meeting_gamma": mean([1.0 if c <= sel.gamma else 0.0 for c in con]) if con else math.nan, "params": sel.params})
-    lines = [f"Selected configurations ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}):",
-             f"{'method':9s} {'eps':>5s} {'gamma':>6s} {'config':>6s} {'feasible':>9s} {'test acc (mean ± sd)':>22s} "
-             f"{'test constraint':>15s} {'meets gamma':>11s}"]
-    for r in rows:
-        if r["config_id"] is None:
-            lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {'-':>6s} {r['feasible_configs']:>9s}   "
-                         "no configuration met gamma on validation"
-                         + (f" ({r['failed_configs']} excluded: a phase-1 seed failed)" if r["failed_configs"] else ""))
-            continue
-        lines.append(f"{r['method']:9s} {str(r['epsilon']):>5s} {r['gamma']:>6g} {r['config_id']:>6d} {r['feasible_configs']:>9s} "
-                     f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
+                     "share_meeting_gamma": mean([1.0 if c <= sel.gamma else 0.0 for c in con]) if con else math.nan, "params": sel.params,
+                     "val_accuracy": sel.val_accuracy, "health": health.label if health else "", "health_note": health.text if health else ""})
+    lines = [f"Selected configurations ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}):", *summary_lines(rows)]
+    flagged = [r for r in rows if r["health"] not in ("", OK)]
+    if flagged:
+        lines.append("Health (docs/results.md, \"Health of a result\"): selection may pick a model the rules flag, and it did here "
+                     "(a constant or one-class predictor, or too few steps, is not worth reading; a capped one could have trained longer):")
+        lines += [f"  {r['method']} eps {r['epsilon']} gamma {r['gamma']:g}: {r['health_note']}" for r in flagged]
+    lines += looser_gamma_notes(rows)
     return "\n".join(lines), rows
+
+
+def looser_gamma_notes(rows: list[dict]) -> list[str]:
+    """A line for each selection less accurate on test than the selection of the same method and ε at a tighter γ:
+    nothing in the constraint explains it (a model meeting the tighter γ meets the looser one too); selection on
+    validation accuracy does (docs/sweeps.md, "Selection")."""
+    notes = []
+    chosen = sorted((r for r in rows if r["config_id"] is not None and math.isfinite(r["test_accuracy_mean"])),
+                    key=lambda r: (r["method"], str(r["epsilon"]), r["gamma"]))
+    for tight, loose in zip(chosen, chosen[1:]):
+        if (tight["method"], tight["epsilon"]) != (loose["method"], loose["epsilon"]) or loose["test_accuracy_mean"] >= tight["test_accuracy_mean"]:
+            continue
+        spread = max(x for x in (tight["test_accuracy_sd"], loose["test_accuracy_sd"], 0.0) if math.isfinite(x))
+        notes.append(f"note: {loose['method']} eps {loose['epsilon']}: test accuracy at gamma {loose['gamma']:g} ({loose['test_accuracy_mean']:.4f}) "
+                     f"is below the tighter gamma {tight['gamma']:g}'s ({tight['test_accuracy_mean']:.4f}). Each gamma's winner is the best "
+                     f"on validation (config {loose['config_id']}: {_acc(loose['val_accuracy'])}; config {tight['config_id']}: "
+                     f"{_acc(tight['val_accuracy'])}), so a looser gamma can win on validation and lose on test; the gap "
+                     f"({tight['test_accuracy_mean'] - loose['test_accuracy_mean']:.4f}) is "
+                     f"{'within' if tight['test_accuracy_mean'] - loose['test_accuracy_mean'] <= 2 * spread else 'beyond'} two phase-2 sd "
+                     f"({spread:.4f})")
+    return notes
+
+
+def _acc(value) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"val {value:.4f}"
 
 
 LARGE_SWEEP = 500  # phase-1 trials above which a terminal user is asked to confirm
@@ -348,12 +458,18 @@ def check_resumable(spec: SweepSpec, uri: str, resume: bool) -> None:
 def run_sweep(spec: SweepSpec, args) -> dict:
     import ray
 
-    ds, uri = validate(spec, args.tracking_uri)
+    ds, uri = validate(spec, args.tracking_uri, args.storage_path)
     check_resumable(spec, uri, args.resume)
+    done = completed_summary(spec, uri)
+    if done is not None:  # before Ray starts: a rerun of a finished sweep trains nothing and says so
+        print(f"[sweep] nothing to train: sweep {spec.sweep_id} is complete (use a new --tracking-uri or --experiment for a fresh sweep)\n"
+              f"{done}", flush=True)
+        print("\n".join(ui_links(uri, tracking.experiment_id(uri, spec.experiment), spec)), flush=True)
+        return {"trials": 0, "seconds": 0.0, "rows": [], "tracking_uri": uri}
     if args.resume:
         print(f"[sweep] resuming sweep {spec.sweep_id}: what MLflow holds is kept, the rest is trained", flush=True)
     key = sweep_key(spec, args)
-    raw = args.storage_path or os.environ.get("RACO_BENCH_STORAGE") or "ray_results"
+    raw = tune_storage(args.storage_path).value
     storage = raw if "://" in raw else str(Path(raw).resolve())  # local path, NFS mount or s3://…
     t0 = time.perf_counter()
     env = {k: os.environ[k] for k in ENV_FORWARD if k in os.environ}
@@ -362,7 +478,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                  logging_level=logging.INFO if args.verbose else logging.WARNING)
-    experiment_id = tracking.get_or_create_experiment(uri, spec.experiment)
+    experiment_id = tracking.get_or_create_experiment(uri, spec.experiment, sweep_description(spec))
     print(f"[sweep] {spec.experiment} (sweep {spec.sweep_id}): tracking {uri}, Tune storage {storage}, cluster {ray.cluster_resources()}", flush=True)
     parent1 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     record_provenance(uri, parent1, ray.cluster_resources())
@@ -371,7 +487,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
     baseline = failure_baseline(spec.constraint, ds.val.y)
-    trials1 = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
+    trials1, trained = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1, baseline)
     started = time.perf_counter()
@@ -383,12 +499,12 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     trials2 = phase2_trials(spec, selections)
     calibrate(spec, trials2, len(ds.train))
     print(f"[sweep] phase 2: {len(trials2)} trials (winners x {spec.phase2_seeds} fresh seeds)", flush=True)
-    run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
+    trained += run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
     elapsed = time.perf_counter() - t0
     n_trials = len(trials1) + len(trials2)
-    text += f"\n{n_trials} configurations in {elapsed:.0f}s ({60 * n_trials / elapsed:.1f} configurations/minute)"
+    text += "\n" + rate_line(trained, n_trials, elapsed)
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
     tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
@@ -400,34 +516,88 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent2)  # every run of both phases, once all is logged
     print(store, flush=True)
     tracking.log_text(uri, parent2, f"{text}\n{store}", "summary.txt")
-    finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed,
-                                                "trials_per_minute": 60 * n_trials / elapsed, "registered_versions": versions,
+    print("\n".join(ui_links(uri, experiment_id, spec)), flush=True)
+    finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed, "trained": trained,
+                                                "trials_per_minute": 60 * trained / elapsed, "registered_versions": versions,
                                                 **store_values})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 
 def train_phase1(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: str, storage: str, key: bytes | None, shape: DataShape,
-                 baseline) -> list[Trial]:
+                 baseline) -> tuple[list[Trial], int]:
     """Phase 1 of the two-phase protocol: every configuration of a random search planned at once, or a TPE search asked in
-    rounds (:func:`raco_bench.sweeps.plan.tpe_phase1`); calibrated, then trained until every one is recorded."""
+    rounds (:func:`raco_bench.sweeps.plan.tpe_phase1`); calibrated, then trained until every one is recorded. Returns
+    the trials and how many of them this call trained."""
     import ray
 
     planned = planned_phase1(spec)
     confirm(spec, planned, args, ray.cluster_resources().get("CPU", 1.0))
-    asked = [0]
+    asked, trained = [0], [0]
 
     def train(trials: list[Trial]) -> None:  # every trial of a random search; a TPE round's trials
         cal = calibrate(spec, trials, n_train)
         asked[0] += len(trials)
         print(f"[sweep] phase 1: {asked[0]}/{planned} trials planned; privacy calibrations: {cal['distinct']} distinct, "
               f"{cal['computed']} computed in {cal['seconds']:.1f}s", flush=True)
-        run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape, planned=planned)
+        trained[0] += run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape, planned=planned)
 
     if spec.search == "tpe":
-        return tpe_phase1(spec, n_train, lambda: phase_results(uri, experiment_id, spec, 1), train, baseline)
+        return tpe_phase1(spec, n_train, lambda: phase_results(uri, experiment_id, spec, 1), train, baseline), trained[0]
     trials = phase1_trials(spec, n_train)
     train(trials)
-    return trials
+    return trials, trained[0]
+
+
+def sweep_description(spec: SweepSpec) -> str:
+    """The experiment's description in the MLflow UI: what it holds and where to look first."""
+    return (f"Sweeps of {spec.dataset} under {spec.constraint} (raco-bench, docs/sweeps.md). The runs to compare are the top-level runs "
+            "named like 'raco-dp eps=1 gamma=0.05 config=3 seed=1000' (method, ε, γ, configuration, seed): each selected configuration "
+            "on fresh phase-2 seeds, with its test metrics, its health verdict (tag health) and its model; search tags.gamma = '0.05' "
+            "to line every method up at one γ. Phase 1 (one run per configuration, the packs) is under the parent run 'phase 1: "
+            f"search'; the selected models are in the Model Registry, named like raco-dp.eps=1.gamma=0.05.{spec.experiment}. A sweep "
+            "prints ready links to these pages when it ends (Training runs, in the Model training mode).")
+
+
+def ui_links(uri: str, experiment_id: str, spec: SweepSpec) -> list[str]:
+    """Ready links into the MLflow UI (docs/sweeps.md, "MLflow"): per γ, the phase-2 runs of every method (the runs table,
+    filtered) and their compare view (every metric and param side by side); per selected model, its registry entry."""
+    from raco_bench.sweeps.registry import registered_name
+
+    phase2 = (f"tags.`{tracking.SWEEP_ID}` = '{spec.sweep_id}' and tags.`{tracking.PHASE}` = '2' and tags.`{tracking.KIND}` = 'trial'")
+    runs = tracking.search_all(uri, [experiment_id], phase2)
+    how = "open" if uri.startswith(("http://", "https://")) else f"start `mlflow ui --backend-store-uri {uri}`, then open"
+    lines = [f"[sweep] MLflow UI ({how}):"]
+    for gamma in sorted({r.data.tags.get("gamma", "") for r in runs} - {"", "none"}, key=float):
+        at = [r for r in runs if r.data.tags.get("gamma") == gamma]
+        query = f"{phase2} and tags.gamma = '{gamma}'"
+        lines.append(f"  phase 2 at gamma {gamma} ({len(at)} runs): {tracking.ui_url(uri, f'experiments/{experiment_id}/runs', searchFilter=query)}")
+        compare = tracking.ui_url(uri, "compare-runs", runs=json.dumps([r.info.run_id for r in at]), experiments=json.dumps([experiment_id]))
+        lines.append(f"    compared: {compare}")
+    epsilon = lambda tags: None if tags.get("epsilon") in (None, "None") else float(tags["epsilon"])  # noqa: E731
+    models = sorted({registered_name(spec.experiment, r.data.tags["method"], epsilon(r.data.tags), float(r.data.tags["gamma"]))
+                     for r in runs if r.data.tags.get("gamma", "none") != "none"})
+    lines += [f"  registry: {name}: {tracking.ui_url(uri, 'models/' + quote(name, safe=''))}" for name in models]
+    return lines
+
+
+def rate_line(trained: int, planned: int, seconds: float) -> str:
+    """The sweep's last count: what this command trained, its rate, and what it found recorded (a resume), uncounted."""
+    rate = f" ({60 * trained / seconds:.1f} configurations/minute)" if trained and seconds > 0 else ""
+    before = f"; {planned - trained} were recorded before this command and are not counted" if planned > trained else ""
+    return f"{trained} configurations trained in {seconds:.0f}s{rate}{before}"
+
+
+def completed_summary(spec: SweepSpec, uri: str) -> str | None:
+    """The summary a finished sweep logged (its last phase parent FINISHED), else None: reading the store only."""
+    exp = tracking.experiment_id(uri, spec.experiment)
+    if exp is None:
+        return None
+    last = 1 if spec.tuning == "accounted" else 2
+    found = tracking.find_run(uri, exp, {tracking.SWEEP_ID: spec.sweep_id, tracking.PHASE: str(last), tracking.KIND: "phase"})
+    if found is None or found.info.status != "FINISHED":
+        return None
+    local = tracking.read_artifact(uri, found.info.run_id, "summary.txt")
+    return local.read_text().strip() if local is not None else "(no summary logged)"
 
 
 PROVENANCE_TAGS = ("raco_bench.command", "raco_bench.hardware", "raco_bench.version")
@@ -490,17 +660,17 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed))
     for (method, eps), ref in refs.items():
         if ref is not None:
-            print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}); "
+            print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: {spec.rounds.describe()}; "
                   f"the reference run (defaults) takes {ref.knob or 'its fixed run'}{'=%g' % ref.value if ref.value is not None else ''}; "
-                  f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} "
-                  f"(delta {spec.delta:g}), tuning included", flush=True)
+                  f"the released model spends epsilon={ref.epsilon_end_to_end:.4f} by privacy profiles "
+                  f"(delta {spec.delta:g}), tuning included; the RDP theorem would state {ref.epsilon_rdp:.4f}", flush=True)
     confirm(spec, len(trials), args, ray.cluster_resources().get("CPU", 1.0))
-    run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
+    trained = run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
     results = phase_results(uri, experiment_id, spec, 1)
-    releases = select_released(spec, results)
+    releases = select_released(spec, results, refs)
     text, rows = summarize_released(spec, releases, results)
     elapsed = time.perf_counter() - t0
-    text += f"\n{len(trials)} configurations in {elapsed:.0f}s"
+    text += "\n" + rate_line(trained, len(trials), elapsed)
     print(text, flush=True)
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
     released = [asdict(r) for r in releases]
@@ -530,16 +700,18 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
         chosen = [by_key[r.trial_key] for r in rels if r.trial_key is not None]
         acc = [c["test_accuracy"] for c in chosen]
         con = [c["test_max_constraint"] for c in chosen]
-        rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon": eps, "gamma": gamma, "repeats": len(rels),
+        rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon_end_to_end_rdp": rels[0].epsilon_end_to_end_rdp,
+                     "epsilon": eps, "gamma": gamma, "repeats": len(rels),
                      "released": len(chosen), "mean_K": mean([r.runs for r in rels]), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
                      "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
     lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
-             f"K ~ TNB(eta={spec.tuning_shape:g}, E[K]={spec.tuning_mean:g}), {spec.tuning_repeats} repetitions):",
-             f"{'method':9s} {'e2e eps':>8s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
+             f"{spec.rounds.describe()}, {spec.tuning_repeats} repetitions; e2e eps by privacy profiles, RDP figure beside it):",
+             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
              f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
-        lines.append(f"{r['method']:9s} {e2e:>8s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
+        rdp = "-" if r["epsilon_end_to_end_rdp"] is None else f"{r['epsilon_end_to_end_rdp']:.3f}"
+        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
     return "\n".join(lines), rows
 

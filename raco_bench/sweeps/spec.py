@@ -42,7 +42,7 @@ class SweepSpec:
     selection_checkpoints: int = RUN.selection_checkpoints  # checkpoint=private: competing checkpoints per run
     tuning: str = "not-accounted"  # not-accounted: the two-phase protocol | accounted: private random search (docs/sweeps.md)
     tuning_mean: float = 10.0  # accounted: E[K], the mean number of configurations per search
-    tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic)
+    tuning_shape: float = 1.0  # accounted: η of K's truncated negative binomial (1: geometric, 0: logarithmic; inf: K ~ Poisson)
     tuning_repeats: int = 5  # accounted: independent repetitions of the whole search (each one private release)
     randomness: str = RUN.randomness  # secret: keyed noise, never regenerable from the logs | reproducible: from the logged seed (labelled)
     batch_draws: str = "auto"  # auto: shared batches per seed, own under accounted tuning | own | shared (docs/packs.md, "Shared batches")
@@ -82,6 +82,13 @@ class SweepSpec:
         if self.batch_draws != "auto":
             return self.batch_draws
         return "own" if self.tuning == "accounted" else "shared"
+
+    @property
+    def rounds(self):
+        """Accounted tuning: the distribution of K, the number of runs of each search."""
+        from raco_bench.privacy.rounds import Rounds
+
+        return Rounds.of(self.tuning_mean, self.tuning_shape)
 
     @property
     def selection(self):
@@ -134,7 +141,7 @@ class SweepSpec:
         if self.step_budget not in STEP_BUDGETS:
             raise ValueError(f"invalid step_budget={self.step_budget!r}: choose one of {STEP_BUDGETS}")
         if self.tuning == "accounted" and self.search != "random":
-            raise ValueError("accounted tuning's guarantee (Theorem 2) needs K independent runs of one fixed random search, and TPE chooses "
+            raise ValueError("accounted tuning's guarantee (the privacy-profile bound) needs K independent runs of one fixed random search, and TPE chooses "
                              "each configuration from the results of the earlier ones: use --search random (the default) with --tuning accounted")
         if self.tuning == "accounted" and self.step_budget != "noise":
             raise ValueError("accounted tuning calibrates its reference run's T from the budget (docs/sweeps.md, \"Accounted tuning\"): "
@@ -145,12 +152,12 @@ class SweepSpec:
                                  f"use --checkpoint private (the default with --tuning accounted), not {self.checkpoint!r}")
             if not (self.tuning_mean > 1 and math.isfinite(self.tuning_mean)):
                 raise ValueError(f"invalid tuning mean {self.tuning_mean!r}: E[K] must be a finite number > 1")
-            if not (self.tuning_shape >= 0 and math.isfinite(self.tuning_shape)):
-                raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a finite number >= 0")
+            if not self.tuning_shape >= 0:
+                raise ValueError(f"invalid tuning shape {self.tuning_shape!r}: eta must be a number >= 0 (inf: K ~ Poisson)")
             if self.tuning_repeats < 1:
                 raise ValueError(f"tuning_repeats must be >= 1, got {self.tuning_repeats}")
             if self.batch_draws == "shared":
-                raise ValueError("accounted tuning's guarantee (Theorem 2) needs independent runs, and runs with shared batch draws are not "
+                raise ValueError("accounted tuning's guarantee (the privacy-profile bound) needs independent runs, and runs with shared batch draws are not "
                                  "independent of each other: use --batch-draws own (the default with --tuning accounted)")
 
     @property

@@ -30,11 +30,13 @@ import numpy as np
 from raco_bench import tracking
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
+from raco_bench.training.health import passes
 
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
-METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied")
+METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied", "top_class_share")
+HEALTH, HEALTH_NOTE = "health", "health_note"  # the reported model's verdict (raco_bench.training.health): a tag, a column
 
 
 @lru_cache(maxsize=4)
@@ -147,13 +149,18 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
     p = result.privacy
     metrics.update(epsilon_spent=p["epsilon_spent"], steps=result.steps, ms_per_step=result.timing["ms_per_step"], eval_s=result.timing.get("eval_s", math.nan),
                    reported_step=float(reported.get("step", result.steps)))
+    # what the health verdict is judged from, so that a report judges a selected configuration's mean by the same rules
+    ds = result.dataset
+    metrics.update(test_constant_accuracy=ds["constant_accuracy"]["test"], val_constant_accuracy=ds["constant_accuracy"]["val"],
+                   test_rows=float(ds["n_test"]), passes=passes(result.steps, result.hyperparameters.get("batch_size"), ds["n_train"]))
     noisy = reported.get("noisy_validation")
     if not noisy and result.selection_releases:  # no checkpoint met the constraints: the last iterate, released at step T too
         noisy = next((e for e in result.selection_releases if e["step"] == reported.get("step", result.steps)), None)
     if noisy:  # checkpoint=private: the selected checkpoint's released noisy validation scores (what accounted tuning selects on)
         metrics.update(noisy_val_accuracy=float(noisy["noisy_val_accuracy"]), noisy_val_max_constraint=float(noisy["noisy_val_max_constraint"]))
-    if trial.get("epsilon_end_to_end") is not None:
-        metrics["epsilon_end_to_end"] = float(trial["epsilon_end_to_end"])
+    for key in ("epsilon_end_to_end", "epsilon_end_to_end_rdp"):  # accounted tuning: the claim (privacy profiles), the RDP figure beside it
+        if trial.get(key) is not None:
+            metrics[key] = float(trial[key])
     if p.get("epsilon_separate_composition_reference") is not None:
         metrics["epsilon_separate_composition_reference"] = p["epsilon_separate_composition_reference"]
     params = {**run_params(result.config, p["private"]), **result.hyperparameters}
@@ -170,7 +177,7 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
     tags = {"checkpoint": cfg["checkpoint"], "checkpoint_note": reported["rule_note"], "privacy_notion": str(p.get("notion")),
             "randomness": cfg["randomness"],
             "preprocessing": cfg["preprocessing"], "outside_budget": " | ".join(outside_budget(trial, p)) or "none",
-            "method_style": ",".join(get_method(cfg["method"]).style)}
+            "method_style": ",".join(get_method(cfg["method"]).style), HEALTH: result.health["verdict"], HEALTH_NOTE: result.health["text"]}
     return metrics, params, tags
 
 
@@ -273,6 +280,10 @@ def log_dataset_input(uri: str, run_id: str, dataset) -> None:
         tracking.set_tags(uri, run_id, tags)
 
 
+TRAIN_DESCRIPTION = ("Runs of raco-bench train, one per command, named like 'raco-dp eps=1 gamma=0.05 seed=0' (method, ε, γ, seed): "
+                     "params, final and step-indexed metrics, the health verdict (tag health), weights and the reported model (docs/results.md).")
+
+
 def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | None = None) -> str:
     """Log one `raco-bench train` run as a sweep logs a phase-2 configuration: params, final metrics, tags, step-indexed
     curves, config.json, weights and the reported model as a pyfunc model. Returns the run id."""
@@ -287,14 +298,29 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
                  tracking.DESCRIPTION: f"raco-bench train: {cfg['method']} on {cfg['dataset']} ({cfg['constraint']}), "
                                        f"{tracking.eps_text(trial['epsilon'])}, gamma={tracking.gamma_text(gamma)}, seed {cfg['seed']}.",
                  **({tracking.KEY_ID: key_id} if key_id else {})})  # runs under one key file share this fingerprint
-    exp = tracking.get_or_create_experiment(uri, experiment)
-    name = f"{tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} {cfg['method']} seed={cfg['seed']}"
+    exp = tracking.get_or_create_experiment(uri, experiment, TRAIN_DESCRIPTION)
+    name = f"{cfg['method']} {tracking.eps_text(trial['epsilon'])} gamma={tracking.gamma_text(gamma)} seed={cfg['seed']}"
     run_id = tracking.create_run(uri, exp, name, tags)
     live = tracking.LiveMetrics(uri, run_id, flush_every_s=float("inf"))
     live.add([p for entry in result.history for p in history_points(entry)])
     live.flush()
     ChildRun(run_id, False, live).close(trial, result, metrics, params, tags, uri, dataset)
     return run_id
+
+
+def device_pack_size(runs: list, dataset, device: str) -> int | None:
+    """The most configurations one pack of ``runs`` takes on a CUDA ``device``: the memory model's largest pack
+    (their widest expected batch, their most evaluations) in the device's free memory, read now, on the device the
+    trial landed on (docs/packs.md, "The GPU path"); None on a CPU, where the sweep sized the pack."""
+    from raco_bench.packs.memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
+
+    free = device_free_memory(device)
+    if free is None or not runs:
+        return None
+    batch = max(float(getattr(r.ctx.hyper, "batch_size", 0) or 0) for r in runs) or float(len(dataset.train))
+    evaluations = max(evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection.count if r.ctx.config.selection else 0)
+                      for r in runs)
+    return largest_pack_on_device(len(runs), DataShape.of(dataset), batch, evaluations, free)
 
 
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
@@ -353,7 +379,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
             for child in children[k]:
                 child.add(points)
 
-    results = train_runs(runs, progress, checkpoint)
+    results = train_runs(runs, progress, checkpoint, max_pack=device_pack_size(runs, dataset, device))
     live.flush()
     rows, curves, arrays = [], [], {}
     for t in members:

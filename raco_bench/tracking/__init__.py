@@ -42,6 +42,7 @@ SOURCE_NAME = "mlflow.source.name"  # what the UI shows as the run's (and its lo
 VIEW_OF = "raco_bench.view_of"  # a γ view's trained run (a γ-free method selected for several γ: docs/sweeps.md, "MLflow")
 CONFIG_KEY = "raco_bench.config_key"  # a phase-1 configuration's run (mean over its seeds)
 PHASE_TITLES = {1: "search", 2: "selected configurations"}
+PHASE_PARENT = "raco_bench.phase_parent"  # a phase-2 run's phase parent (phase-2 runs are top-level: docs/sweeps.md, "MLflow")
 
 
 def eps_text(epsilon) -> str:
@@ -64,37 +65,64 @@ def phase_run_name(sweep_id: str, phase: int) -> str:
     return f"phase {phase}: {PHASE_TITLES.get(phase, 'phase')} (sweep {sweep_id[:8]})"
 
 
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_STORE = "the default: ./mlflow.db in the working directory"
+
+
+def tracking_uri_source(uri: str | None = None) -> tuple[str, str]:
+    """(tracking URI, where it came from): ``--tracking-uri``, ``$MLFLOW_TRACKING_URI`` or the default SQLite file in the
+    working directory, so that an error about the store can say which setting to change."""
+    if uri:
+        return uri, "--tracking-uri"
+    if os.environ.get(TRACKING_URI_ENV):
+        return os.environ[TRACKING_URI_ENV], f"${TRACKING_URI_ENV}"
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}", DEFAULT_STORE
+
+
 def resolve_tracking_uri(uri: str | None = None) -> str:
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    uri, origin = tracking_uri_source(uri)
     if uri.startswith("file:") or "://" not in uri:
         raise ValueError(
-            f"tracking URI {uri!r} points at MLflow's file store, which MLflow 3 refuses; use a SQLite file "
+            f"tracking URI {uri!r} (from {origin}) points at MLflow's file store, which MLflow 3 refuses; use a SQLite file "
             "(sqlite:///path/mlflow.db, the default) or an MLflow server (http://host:5000)"
         )
     return uri
 
 
-def require_existing_store(uri: str) -> None:
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, None for any other store."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def require_existing_store(uri: str, origin: str = "--tracking-uri") -> None:
     """Readers (reports) never create a store: a SQLite URI must name an existing file."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-        if not path.is_file():
-            raise ValueError(f"no MLflow store at {path}: run a sweep there first, or pass --tracking-uri to the store that holds it")
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no MLflow store at {path} (from {origin}): run a sweep there first, or pass --tracking-uri to the store that holds it")
 
 
 REACH_TIMEOUT_S = 3.0  # a tracking server that does not answer /health within this is reported before anything starts
 
 
-def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """Fail fast, with the fix, on a store that cannot be written: a SQLite file whose folder does not exist, or a
-    tracking server that does not answer (MLflow's own client retries for minutes before it gives up)."""
+def _change(origin: str) -> str:
+    """How to change a tracking URI that came from ``origin``."""
+    if origin.startswith("$"):
+        return f"pass the right --tracking-uri or change {origin}"
+    return "pass the right --tracking-uri (default: sqlite:///./mlflow.db)"
+
+
+def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S, origin: str = "--tracking-uri") -> None:
+    """Fail fast, with the fix, on a store that cannot be reached: a SQLite file whose folder does not exist, or a
+    tracking server that does not answer (MLflow's own client retries for minutes before it gives up). ``origin`` is
+    where the URI came from (:func:`tracking_uri_source`), named in the error. Whether the store can be written is
+    :mod:`raco_bench.preflight`'s check."""
     import urllib.error
     import urllib.request
 
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
-        if not folder.is_dir():
-            raise ValueError(f"the folder of the tracking store {uri} does not exist; create {folder} or pass another --tracking-uri")
+    path = sqlite_path(uri)
+    if path is not None:
+        if not path.parent.is_dir():
+            raise ValueError(f"the folder of the tracking store {uri} (from {origin}) does not exist; create {path.parent} or {_change(origin)}")
         return
     if not uri.startswith(("http://", "https://")):
         return  # another scheme (databricks, …): MLflow's client reports its own errors
@@ -105,8 +133,8 @@ def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
         return  # the server answered (an older server without /health, or behind a proxy): reachable
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ValueError(f"the tracking server {uri} is unreachable ({reason}); start it (mlflow server --host 127.0.0.1 --port PORT) "
-                         "or pass the right --tracking-uri (default: sqlite:///./mlflow.db)") from None
+        raise ValueError(f"the tracking server {uri} (from {origin}) is unreachable ({reason}); start it (mlflow server --host 127.0.0.1 "
+                         f"--port PORT) or {_change(origin)}") from None
 
 
 def client(uri: str):
@@ -167,6 +195,18 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return None
 
 
+def artifact_root(uri: str, experiment: str) -> str | None:
+    """Where ``experiment``'s artifacts go: the location the store records for it (a store copied from elsewhere keeps
+    its old absolute paths), else the location a new experiment gets (:func:`artifact_location`; None: the server's
+    default). A SQLite store is read only if its file exists (a client would create it)."""
+    path = sqlite_path(uri)
+    if path is None or path.is_file():
+        exp = retry(lambda: client(uri).get_experiment_by_name(experiment))
+        if exp is not None:
+            return exp.artifact_location
+    return artifact_location(uri, experiment)
+
+
 def use_wal(uri: str) -> None:
     """SQLite in write-ahead-log mode: readers no longer block the trial processes that write (the mode is
     stored in the database file, so every later connection uses it)."""
@@ -179,16 +219,40 @@ def use_wal(uri: str) -> None:
                 con.execute("PRAGMA journal_mode=WAL")
 
 
-def get_or_create_experiment(uri: str, name: str) -> str:
+EXPERIMENT_KIND = "mlflow.experimentKind"  # a classic ML experiment (MLflow 3.17's UI mode is still the browser's: see ui_url)
+CLASSIC_ML = "custom_model_development"
+
+
+def get_or_create_experiment(uri: str, name: str, description: str = "") -> str:
+    """The experiment ``name``, created if absent, marked as a classic ML experiment and given ``description`` (the UI's
+    experiment description) unless it has one."""
     c = client(uri)
     exp = retry(lambda: c.get_experiment_by_name(name))
     if exp is not None:
         if exp.lifecycle_stage != "active":
             raise ValueError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore) or pick another name")
-        return exp.experiment_id
-    exp_id = retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
-    use_wal(uri)
+        exp_id = exp.experiment_id
+    else:
+        exp_id = retry(lambda: c.create_experiment(name, artifact_location=artifact_location(uri, name)))
+        use_wal(uri)
+    held = {} if exp is None else exp.tags
+    for key, value in ((EXPERIMENT_KIND, CLASSIC_ML), (DESCRIPTION, description)):
+        if value and key not in held:
+            retry(lambda key=key, value=value: c.set_experiment_tag(exp_id, key, value))
     return exp_id
+
+
+def ui_url(uri: str, path: str, base: str | None = None, **query: str) -> str:
+    """A link into the MLflow UI of the store ``uri`` (at ``base``, default: the server itself, or ``mlflow ui``'s default
+    address for a SQLite file, started with ``mlflow ui --backend-store-uri <uri>``). An experiment's page opens in the
+    UI's model-training mode (``workflowType=machine_learning``): MLflow 3's UI otherwise opens in its GenAI mode, on an
+    empty traces overview, until the browser has been switched once."""
+    from urllib.parse import quote, urlencode
+
+    base = base or (uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000")
+    if path.startswith("experiments/"):
+        query = {"workflowType": "machine_learning", **query}
+    return f"{base}/#/{path}" + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
 
 def search_all(uri: str, experiment_ids: list[str], filter_string: str = "", order_by: list[str] | None = None,
@@ -354,10 +418,12 @@ def run_status(uri: str, run_id: str) -> str:
 
 def key_id(key: bytes | None) -> str:
     """A fingerprint of a secret key that tells attempts under different keys apart and reveals nothing of the key
-    (a hash of a 256-bit random value); "reproducible" for the reproducible generator."""
+    (a hash of a 256-bit random value); "reproducible" for the reproducible generator. It names the cipher too
+    (ChaCha20 since issue 47; AES-256-CTR before): an attempt that drew its words from the other cipher under the same
+    key file is another attempt, whose unfinished runs are trained anew, not continued with other words."""
     import hashlib
 
-    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id\0" + key).hexdigest()[:16]
+    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id chacha20\0" + key).hexdigest()[:16]
 
 
 def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
@@ -408,18 +474,21 @@ def get_or_create_trial_run(uri: str, experiment_id: str, parent_id: str, trial:
     ``gamma`` is the γ the run is selected for (default: the trial's own). A γ-free method selected for several γ trains
     once and gets one run per γ: the first holds the training, each other one (``view_of`` its run id, keyed
     ``trial_key@gamma``) carries the same results under its γ, so that filtering ``tags.gamma`` lines every method up.
+    A phase-2 run is a top-level run (the runs a researcher compares are in view without expanding a parent), linked
+    to its phase parent by the tag :data:`PHASE_PARENT`; other runs are children of ``parent_id``.
     ``redo_complete``: a complete run of another key is deleted and created anew (see :func:`_get_or_create_keyed_run`)."""
     gamma = trial["gamma"] if gamma is None else gamma
     key_value = trial["trial_key"] + (f"@gamma={gamma_text(gamma)}" if view_of else "")
+    parent = {PHASE_PARENT: parent_id} if trial["phase"] == 2 else {"mlflow.parentRunId": parent_id}  # phase 2: top-level, in view
     tags = {**({KEY_ID: key} if key is not None else {}),
-            "mlflow.parentRunId": parent_id, TRIAL_KEY: key_value, SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
+            **parent, TRIAL_KEY: key_value, SWEEP_ID: trial["sweep_id"], PHASE: str(trial["phase"]),
         KIND: "trial", "dataset": trial["dataset"], "method": trial["method"], "constraint": trial["constraint"],
         "seed": str(trial["seed"]), "config_id": str(trial["config_id"]), "epsilon": str(trial["epsilon"]), "gamma": gamma_text(gamma),
         "trained_with_gamma": "yes" if trial["gamma"] is not None else "no", SOURCE_NAME: sweep_source(trial.get("experiment", "")),
         DESCRIPTION: trial_description(trial, gamma, view_of),
         **({VIEW_OF: view_of} if view_of else {}),
     }
-    name = f"{eps_text(trial['epsilon'])} gamma={gamma_text(gamma)} {trial['method']} config={trial['config_id']} seed={trial['seed']}"
+    name = f"{trial['method']} {eps_text(trial['epsilon'])} gamma={gamma_text(gamma)} config={trial['config_id']} seed={trial['seed']}"
     return _get_or_create_keyed_run(uri, experiment_id, TRIAL_KEY, tags, name, redo_complete)
 
 

@@ -19,6 +19,7 @@ model a user gets); ``last`` and ``final_params`` are the last iterate, kept bes
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,6 +36,7 @@ from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import CHECKPOINT_RULES, RunConfig, batch_stream_id, stream_id
 from raco_bench.training.evaluation import LOSS_METRICS, EvalSplit, evaluate_logits
+from raco_bench.training.health import Evidence, constant_accuracy, judge, passes
 from raco_bench.training.selection import PrivateSelector, selection_steps
 
 SELECTION_LABEL = "not privacy-accounted: selected with exact train-set constraints and validation accuracy"
@@ -63,6 +65,7 @@ class RunResult:
     final_params: dict | None = None
     reported_params: dict | None = None
     selection_releases: list = field(default_factory=list)  # checkpoint=private: every noisy validation release
+    health: dict = field(default_factory=dict)  # the reported model's verdict (raco_bench.training.health): verdict, flags, text
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -239,12 +242,18 @@ class RunRecorder:
             chosen_params = self.private_params
         fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
         reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
+        constants = {name: constant_accuracy(cfg.constraint, split.y, cfg.gamma) for name, split in (("val", ds.val), ("test", ds.test))}
+        verdict = judge(Evidence(
+            steps=T, passes=passes(T, getattr(ctx.hyper, "batch_size", None), ctx.n_train), accuracy=reported["test"]["accuracy"],
+            constant_accuracy=constants["test"], rows=len(ds.test), top_class_share=reported["test"].get("top_class_share", math.nan),
+            epsilon=ctx.privacy["target_epsilon"] if ctx.privacy.get("private") else math.inf, epsilon_spent=ctx.privacy["epsilon_spent"],
+            max_steps=cfg.max_steps))
         return RunResult(
             config=cfg.to_dict(),
             hyperparameters=run.method.applicable(ctx.hyper),
             dataset={"name": ds.name, "n_train": ctx.n_train, "n_val": len(ds.val), "n_test": len(ds.test), "n_features": ds.n_features,
                      "n_groups": ds.n_groups, "n_classes": ds.n_classes, "n_constraints": ctx.problem.n_constraints, "note": ds.note,
-                     "notes": list(ds.data_notes)},
+                     "notes": list(ds.data_notes), "constant_accuracy": constants},
             privacy=ctx.privacy,
             steps=T,
             history=history,
@@ -255,6 +264,7 @@ class RunRecorder:
             final_params=final_params,
             reported_params=chosen_params if chosen is not None else final_params,
             selection_releases=self.selector.releases if self.selector is not None else [],
+            health={"verdict": verdict.label, "flags": list(verdict.flags), "text": verdict.text},
         )
 
 
