@@ -115,6 +115,27 @@ def test_the_bound_never_undercuts_the_exact_release_of_finite_mechanisms():
     check_never_below_the_exact_release_of_finite_mechanisms(tuning_profile)
 
 
+def test_the_bound_needs_k_hidden():
+    """The bound is for a reader who sees the best run and not K (sweeps/accounted.py draws K from the sweep's key for this):
+    a pure 0.3-DP base on three outputs, a geometric K of mean 10. The best of K is 0.9-DP, so (1) gives δ = 0 at ε = 1, and
+    the exact release agrees; but releasing K with the best run has δ(1) = 0.0061 (issue 45's review, on RaCO-DP's search at
+    a printed ε of 1.00: ε = 2.47 with K known)."""
+    P = np.array([0.5, 0.3, 0.2])
+    Q = P * np.exp([-0.3, 0.0, 0.3]) / (P * np.exp([-0.3, 0.0, 0.3])).sum()
+    rounds, eps = Rounds("tnb", 10.0, 1.0), 1.0
+    grid = np.round(np.arange(0.0, 4.0001, 0.1), 6)
+    profile = np.array([max(_hockey(P, Q, e), _hockey(Q, P, e)) for e in grid])
+    t = grid <= eps
+    assert float(np.min(tuning_profile.theorem_1(rounds, eps, grid[t][:, None], profile[t][:, None], grid[None, :], profile[None, :]))) == 0.0
+    a, b = best_of_k(P, rounds), best_of_k(Q, rounds)
+    assert max(_hockey(a, b, eps), _hockey(b, a, eps)) == 0.0
+    k = np.arange(1, 400)
+    p_k = stats.nbinom.pmf(k, rounds.shape, rounds.gamma) / stats.nbinom.sf(0, rounds.shape, rounds.gamma)  # K ≥ 1
+    fixed = [(best_of_k(P, Rounds("fixed", float(n))), best_of_k(Q, Rounds("fixed", float(n)))) for n in k]
+    with_k = max(sum(w * _hockey(x, y, eps) for w, (x, y) in zip(p_k, fixed)), sum(w * _hockey(y, x, eps) for w, (x, y) in zip(p_k, fixed)))
+    assert with_k == pytest.approx(0.0061, abs=2e-4)
+
+
 def top_profile(d0: float):
     """δ(ε) of the "δ-top" base: world X outputs a top score with probability d0, else a uniform score; world X′ a uniform
     score (max(d0, 1 − e^ε(1 − d0)) over both directions)."""
