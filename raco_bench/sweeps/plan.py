@@ -283,13 +283,19 @@ def make_packs(trials: list[Trial], pack_size: int) -> list[dict]:
     return packs
 
 
+GPU_PACK_LIMIT = 65_536  # configurations per GPU trial at most; a trial trains them in packs that fit its device's free memory
+
+
 def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
-    """At least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations per
-    pack on a CPU and 1,024 on a GPU, and on a CPU at most what ``fits(limit)`` says fits the node's memory
-    (:func:`raco_bench.packs.memory.largest_pack`)."""
-    cap = 1024 if gpu else 256
-    size = max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))
-    return min(size, fits(size)) if fits is not None and not gpu else size
+    """On a CPU: at least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations
+    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.packs.memory.largest_pack`).
+    On GPUs: one trial per slot (a larger pack trains more configurations per second on a device), at most
+    :data:`GPU_PACK_LIMIT`; the trial sizes its packs from the free memory of the device it lands on
+    (:func:`raco_bench.packs.memory.largest_pack_on_device`), so the host's memory does not limit it here."""
+    if gpu:
+        return max(1, min(GPU_PACK_LIMIT, math.ceil(n_trials / max(slots, 1.0))))
+    size = max(1, min(256, math.ceil(n_trials / max(2.0 * slots, 1.0))))
+    return min(size, fits(size)) if fits is not None else size
 
 
 def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:

@@ -166,7 +166,7 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
     resources, _ = _resources(args)
     todo = not_recorded(trials, uri, experiment_id, spec, phase)
     trained = len(todo)
-    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
+    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else gpu_slots(ray.cluster_resources().get("GPU", 0.0), resources["gpu"])
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
     unlimited = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
@@ -240,6 +240,20 @@ def _trial_name(trial) -> str:
 
 
 GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
+CLUSTER_GPUS_ENV = "RACO_BENCH_CLUSTER_GPUS"  # the GPUs the cluster can scale up to (cluster.yaml, the KubeRay manifest)
+
+
+def gpu_slots(gpus_up: float, fraction: float) -> float:
+    """How many GPU trials a phase plans for: the GPUs the cluster can scale up to (``RACO_BENCH_CLUSTER_GPUS``, which
+    the cluster's configuration sets) or, where more are up, those, divided by each trial's share. On an autoscaling
+    cluster the GPU workers join after the sweep starts: planning for the GPUs up at that moment (none) would put a
+    phase in one pack for one GPU."""
+    raw = os.environ.get(CLUSTER_GPUS_ENV, "0")
+    try:
+        declared = float(raw)
+    except ValueError:
+        raise ValueError(f"invalid {CLUSTER_GPUS_ENV}={raw!r}: the number of GPUs the cluster can scale up to, such as 8") from None
+    return max(gpus_up, declared, 1.0) / fraction
 
 
 def _resources(args) -> tuple[dict, str]:
@@ -250,9 +264,9 @@ def _resources(args) -> tuple[dict, str]:
     try:
         frac = float(raw)
     except ValueError:
-        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 0.25") from None
+        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 1") from None
     if not 0 <= frac <= 8:
-        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (0.25 = four trials per GPU)")
+        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (1 = one trial per GPU, 0.25 = four)")
     return ({"cpu": 1, "gpu": frac} if frac else {"cpu": 1}), "auto"
 
 

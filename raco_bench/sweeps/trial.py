@@ -304,6 +304,21 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
     return run_id
 
 
+def device_pack_size(runs: list, dataset, device: str) -> int | None:
+    """The most configurations one pack of ``runs`` takes on a CUDA ``device``: the memory model's largest pack
+    (their widest expected batch, their most evaluations) in the device's free memory, read now, on the device the
+    trial landed on (docs/packs.md, "The GPU path"); None on a CPU, where the sweep sized the pack."""
+    from raco_bench.packs.memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
+
+    free = device_free_memory(device)
+    if free is None or not runs:
+        return None
+    batch = max(float(getattr(r.ctx.hyper, "batch_size", 0) or 0) for r in runs) or float(len(dataset.train))
+    evaluations = max(evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection.count if r.ctx.config.selection else 0)
+                      for r in runs)
+    return largest_pack_on_device(len(runs), DataShape.of(dataset), batch, evaluations, free)
+
+
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
                  flush_every_s: float = 10.0, key: bytes | None = None, checkpoint=None) -> dict:
     """Train and log one pack (its configurations in lockstep where a batched engine exists, see
@@ -360,7 +375,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
             for child in children[k]:
                 child.add(points)
 
-    results = train_runs(runs, progress, checkpoint)
+    results = train_runs(runs, progress, checkpoint, max_pack=device_pack_size(runs, dataset, device))
     live.flush()
     rows, curves, arrays = [], [], {}
     for t in members:

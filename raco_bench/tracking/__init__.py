@@ -362,10 +362,12 @@ def run_status(uri: str, run_id: str) -> str:
 
 def key_id(key: bytes | None) -> str:
     """A fingerprint of a secret key that tells attempts under different keys apart and reveals nothing of the key
-    (a hash of a 256-bit random value); "reproducible" for the reproducible generator."""
+    (a hash of a 256-bit random value); "reproducible" for the reproducible generator. It names the cipher too
+    (ChaCha20 since issue 47; AES-256-CTR before): an attempt that drew its words from the other cipher under the same
+    key file is another attempt, whose unfinished runs are trained anew, not continued with other words."""
     import hashlib
 
-    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id\0" + key).hexdigest()[:16]
+    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id chacha20\0" + key).hexdigest()[:16]
 
 
 def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
