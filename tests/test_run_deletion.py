@@ -220,3 +220,38 @@ def test_each_planted_deletion_bug_turns_its_checks_red(name, store, tmp_path, m
         assert bug.red and not green, f"the planted bug {name!r} ({bug.effect}) left {green} green"
     finally:
         sys.modules.pop(mutant.__name__, None)
+
+
+def check_drops_other_keys(store, module, sweep: str) -> None:
+    """Accounted tuning draws its searches from the key (raco_bench/sweeps/accounted.py): before it plans, a sweep deletes the
+    runs an attempt under another key trained, complete or not, with everything they recorded (``drop_other_keys``); this
+    key's runs and the phase parent stay."""
+    uri, db, exp = store
+    parent = tracking.get_or_create_parent(uri, exp, sweep, 1, {"experiment": "deletion"})
+    packs = {}
+    for name, key, complete in (("first", "key-one", "1"), ("first, unfinished", "key-one", "0"), ("this", "key-two", "1")):
+        pack = {"pack_key": f"{sweep} {name}", "sweep_id": sweep, "phase": 1, "method": "dp-sgd", "members": [{"experiment": "deletion"}]}
+        packs[name], _ = tracking.get_or_create_pack_run(uri, exp, parent, pack, key)
+        tracking.log_text(uri, packs[name], "trial_key,config_id\nabc,123\n", "configs.csv")
+        tracking.set_tags(uri, packs[name], {tracking.COMPLETE: complete})
+    assert module.drop_other_keys(uri, exp, sweep, 1, "key-two") == 2
+    assert rows_holding(db, packs["first"]) == [] and rows_holding(db, packs["first, unfinished"]) == []
+    assert rows_holding(db, packs["this"]) and rows_holding(db, parent)
+    assert module.drop_other_keys(uri, exp, sweep, 1, "key-two") == 0
+
+
+def test_a_resume_under_another_key_deletes_the_earlier_accounted_search(store):
+    check_drops_other_keys(store, tracking, "accounted")
+
+
+def test_keeping_another_keys_complete_runs_is_caught(store):
+    """The planted bug: another key's complete runs kept, as a two-phase sweep keeps them (there the configurations do not
+    depend on the key); under accounted tuning they are another search, and would mix with this key's."""
+    edits = [('if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key:',
+              'if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key and run.data.tags.get(COMPLETE) != "1":')]
+    mutant = load_mutant(Path(tracking.__file__).read_text(), edits, "complete runs kept", "deletion_mutant_", "raco_bench.tracking")
+    try:
+        with pytest.raises(AssertionError):
+            check_drops_other_keys(store, mutant, "accounted, mutant")
+    finally:
+        sys.modules.pop(mutant.__name__, None)

@@ -417,6 +417,9 @@ GROUP_COUNTS, SELECTION = 5, 6
 # the seed papers' other methods: a second Gaussian per step (PF-LD's dual, DPSE's losses), a one-time stage-1
 # release (DPSE), and the draw that realises a randomised predictor's predictions (DP post-processing)
 SECOND_GAUSSIAN, STAGE_ONE, PREDICTION = 7, 8, 9
+# a private random search's own draws (accounted tuning, raco_bench/sweeps/accounted.py): its number of runs K (step 0)
+# and its i-th configuration and keyed ids (step i + 1), in the stream of the search, under the sweep's word source
+SEARCH = 10
 
 
 class Stream:

@@ -63,8 +63,8 @@ class Trial(PlannedTrial, total=False):
     # set by accounted tuning (raco_bench.sweeps.accounted)
     repeat: int
     tuning: str
-    tuning_runs: int
     tuning_note: str
+    tuning_outside_budget: list[str]  # what the search adds to the run's outside_budget (raco_bench.sweeps.accounted)
     epsilon_end_to_end: float
     epsilon_end_to_end_rdp: float
     train_metrics: bool

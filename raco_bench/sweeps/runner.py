@@ -654,10 +654,17 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     (:mod:`raco_bench.sweeps.accounted`); there is no phase 2, the released runs are the result."""
     import ray
 
+    from raco_bench.privacy.counter_rng import Keystream
     from raco_bench.sweeps.accounted import accounted_trials, select_released
     from raco_bench.sweeps.plan import make_trial
 
-    trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed))
+    # K and the configurations are drawn from the key: the runs of an earlier attempt under another key are another search
+    dropped = tracking.drop_other_keys(uri, experiment_id, spec.sweep_id, 1, tracking.key_id(key))
+    if dropped:
+        print(f"[sweep] accounted tuning draws its searches from the key: {dropped} runs of an earlier attempt under another key deleted, "
+              "the searches restart under this key (keep --key-file to resume a search)", flush=True)
+    trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed),
+                                    Keystream(key))
     for (method, eps), ref in refs.items():
         if ref is not None:
             print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: {spec.rounds.describe()}; "
@@ -666,7 +673,8 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
                   f"(delta {spec.delta:g}), tuning included; the RDP theorem would state {ref.epsilon_rdp:.4f}", flush=True)
     confirm(spec, len(trials), args, ray.cluster_resources().get("CPU", 1.0))
     trained = run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
-    results = phase_results(uri, experiment_id, spec, 1)
+    planned = {t["trial_key"] for t in trials}
+    results = [r for r in phase_results(uri, experiment_id, spec, 1) if r["trial_key"] in planned]  # this key's searches only
     releases = select_released(spec, results, refs)
     text, rows = summarize_released(spec, releases, results)
     elapsed = time.perf_counter() - t0
@@ -677,6 +685,7 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     tracking.log_text(uri, parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT)
     tracking.log_text(uri, parent, text, "summary.txt")
     store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent)  # every candidate the store holds
+    store = f"{STORE_LINES}\n{store}"
     print(store, flush=True)
     tracking.log_text(uri, parent, f"{text}\n{store}", "summary.txt")
     ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
@@ -687,10 +696,14 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
 
 
 RELEASED_ARTIFACT = "released_models.json"  # accounted tuning: what each repetition released, on the phase-1 parent
+STORE_LINES = ("The lines below describe the whole store, every candidate of every search and so each search's K: they are outside the "
+               "released models' claim, and not to be published with a released model.")
 
 
 def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[str, list[dict]]:
-    """Per (method, ε, γ): the released models of the R repetitions, their test metrics and the end-to-end ε."""
+    """Per (method, ε, γ): the released models of the R repetitions, their test metrics and the end-to-end ε; never K, which the
+    claim needs secret. A private method trained without γ releases, per repetition, a model for each γ from the same runs:
+    a line says that together they are one joint release that no printed ε covers."""
     by_key = {r["trial_key"]: r for r in results}
     groups: dict[tuple, list] = {}
     for rel in releases:
@@ -702,17 +715,22 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
         con = [c["test_max_constraint"] for c in chosen]
         rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon_end_to_end_rdp": rels[0].epsilon_end_to_end_rdp,
                      "epsilon": eps, "gamma": gamma, "repeats": len(rels),
-                     "released": len(chosen), "mean_K": mean([r.runs for r in rels]), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
+                     "released": len(chosen), "same_search_as": list(rels[0].same_search_as), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
                      "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
     lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
              f"{spec.rounds.describe()}, {spec.tuning_repeats} repetitions; e2e eps by privacy profiles, RDP figure beside it):",
-             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
+             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'test acc (mean ± sd)':>22s} "
              f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
         rdp = "-" if r["epsilon_end_to_end_rdp"] is None else f"{r['epsilon_end_to_end_rdp']:.3f}"
-        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
+        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
+    from raco_bench.sweeps.accounted import JOINT_NOTE
+
+    for method, eps in dict.fromkeys((r["method"], r["epsilon"]) for r in rows if r["same_search_as"]):
+        gammas = ", ".join(f"{r['gamma']:g}" for r in rows if (r["method"], r["epsilon"]) == (method, eps))
+        lines.append(f"{method} at epsilon {eps:g} (gamma {gammas}): {JOINT_NOTE}")
     return "\n".join(lines), rows
 
 

@@ -128,14 +128,10 @@ def run_config(trial: Trial, device: str):
     )
 
 
-ACCOUNTED_STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a reader of the released model only; this store also holds "
-                        "K and every candidate run of the search")
-
-
 def outside_budget(trial: Trial, privacy: dict) -> list[str]:
-    """What the run lists outside the budget: the pipeline's labels, and under accounted tuning that the store holds more
-    than the released model (docs/privacy.md, "Threat model")."""
-    return list(privacy["outside_budget"]) + ([ACCOUNTED_STORE_NOTE] if trial.get("tuning") == "accounted" else [])
+    """What the run lists outside the budget: the pipeline's labels, and under accounted tuning what its plan adds (the
+    store holds more than the released model; a reproducible search; docs/privacy.md, "Threat model")."""
+    return list(privacy["outside_budget"]) + list(trial.get("tuning_outside_budget", []))
 
 
 def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[str, str]]:
@@ -187,7 +183,7 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint", "batch_draws")}
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
-        row.update(repeat=trial["repeat"], tuning_runs=trial["tuning_runs"], tuning_note=trial.get("tuning_note", ""))
+        row.update(repeat=trial["repeat"], tuning_note=trial.get("tuning_note", ""))  # never K: the claim needs it secret
         if trial.get("epsilon_end_to_end") is not None:
             row["epsilon_end_to_end"] = trial["epsilon_end_to_end"]
     row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),

@@ -647,6 +647,22 @@ def drop_other_key_runs(uri: str, experiment_id: str, sweep_id: str, phase: int,
 TEXT_COLUMNS = {"batch_stream": str, "key_id": str}  # pack-table columns read as written (a fingerprint of digits stays text)
 
 
+def drop_other_keys(uri: str, experiment_id: str, sweep_id: str, phase: int, key: str) -> int:
+    """Delete, with everything they recorded (:func:`delete_run`), the runs of a sweep's phase (its packs and their
+    configurations' runs) that an attempt under another key trained, complete or not; ``key`` is the :func:`key_id` of this
+    attempt. Accounted tuning draws its searches from the key, so another key's runs belong to another search
+    (docs/sweeps.md, "Accounted tuning"). Returns how many were deleted."""
+    query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}'"
+    dropped = 0
+    for run in search_all(uri, [experiment_id], query):
+        if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key:
+            delete_run(uri, run.info.run_id)
+            dropped += 1
+    if dropped:
+        scrub_deleted(uri, vacuum=True)
+    return dropped
+
+
 def pack_tables(uri: str, runs: list):
     """The configuration tables of pack runs, concatenated (pandas); a configuration recorded by two packs
     (a resume with another pack size) appears once, from the pack that finished first."""
