@@ -11,11 +11,13 @@ import pytest
 from raco_bench.report.intervals import (
     BETTER,
     NO_DIFFERENCE,
+    ONE_REPEAT,
     WORSE,
     Interval,
     design_effect,
     mean_interval,
     paired_difference,
+    paired_share_difference,
     share_interval,
     verdict,
     wilson,
@@ -56,7 +58,7 @@ def test_a_mean_interval_skips_repeats_without_a_value_and_one_repeat_has_no_int
     assert iv.n == 2 and iv.estimate == pytest.approx(0.25) and iv.low < 0.25 < iv.high
     one = mean_interval([[0.1, 0.3]])
     assert one.n == 1 and one.estimate == pytest.approx(0.2) and math.isnan(one.low) and "one repeat" in one.text()
-    assert verdict(paired_difference({0: 0.1}, {0: 0.5})) == NO_DIFFERENCE  # one common repeat: no interval, no verdict
+    assert verdict(paired_difference({0: 0.1}, {0: 0.5})) == ONE_REPEAT  # one common repeat: no interval, no verdict
 
 
 def test_shares_of_clustered_runs_get_wider_intervals_that_cover():
@@ -86,3 +88,24 @@ def test_verdicts_come_from_the_interval_of_the_paired_difference():
     assert d.low < 0 < d.high and verdict(d) == NO_DIFFERENCE
     assert paired_difference(a, {9: 0.1}).n == 0  # no common repeat
     assert Interval(0.1, 0.05, 0.15, 3).text(2) == "0.10 [0.05, 0.15]"
+
+
+def test_a_paired_share_difference_is_never_a_point_and_covers():
+    """Shares of 20 seeds are counts: two repeats can differ by exactly the same 3 of 20, and a plain t interval on the
+    differences then has width 0 and reads as a verdict. The binomial floor keeps it open, and within [-1, 1]; on
+    simulated clustered shares (each repeat's own chance of meeting gamma) it covers the true difference. Red when the
+    floor is left out (the identical repeats give a point) or the clip is (two repeats, t with one degree of freedom)."""
+    same = paired_share_difference({0: (17, 20), 1: (17, 20)}, {0: (14, 20), 1: (14, 20)})
+    assert same.low < 0 < same.high and verdict(same, lower_is_better=False) == NO_DIFFERENCE
+    wide = paired_share_difference({0: (20, 20), 1: (2, 20)}, {0: (0, 20), 1: (20, 20)})
+    assert -1.0 <= wide.low and wide.high <= 1.0
+    assert paired_share_difference({0: (17, 20)}, {0: (10, 20)}).n == 1  # one repeat: no interval
+    rng = np.random.default_rng(5)
+    covered = 0
+    for _ in range(TRIALS):
+        pa, pb = rng.beta(8.0, 2.0, R), rng.beta(6.0, 4.0, R)  # true mean difference 0.8 - 0.6
+        a = {r: (int(rng.binomial(S, pa[r])), S) for r in range(R)}
+        b = {r: (int(rng.binomial(S, pb[r])), S) for r in range(R)}
+        iv = paired_share_difference(a, b)
+        covered += iv.low <= 0.2 <= iv.high
+    assert covered / TRIALS >= 0.93, covered / TRIALS

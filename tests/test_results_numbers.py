@@ -52,3 +52,17 @@ def test_a_claims_section_cites_one_pages_verdicts_and_cells(tmp_path):
     text = (root / "README.md").read_text()
     assert "better" in text and "searched per repeat" in text and "[nowhere](nowhere/README.md) has no paired comparisons yet." in text
     assert unsupported_numbers("RaCO-DP's difference is cited from the table.", generated_values(root)) == []
+
+
+def test_the_committed_overview_and_readme_carry_no_number_of_their_own():
+    """results/README.md and the README's "Published results" section cite the generated tables and carry no decimal
+    number of their own (issue 48: the hand-written overview had quoted numbers the tables no longer held)."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    generated = generated_values(repo / "results")
+    assert unsupported_numbers((repo / "results" / "README.md").read_text(), generated) == []
+    readme = (repo / "README.md").read_text()
+    section = readme[readme.index("## Published results"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "results paragraph" in section and unsupported_numbers(section, generated) == []

@@ -19,6 +19,11 @@ what a verdict between methods must clear.
   repeat share its winner, so they agree more than independent runs would.
 * :func:`paired_difference`: method A − method B per repeat (both ran the same repeat: the same train/validation and
   test rows), with the t interval over the repeats both have. Pairing removes the split-to-split part of the spread.
+* :func:`paired_share_difference`: the same for the share of runs meeting γ, whose per-repeat shares are counts out of a
+  repeat's seeds: two repeats whose differences agree exactly (2 of 20 seeds more, twice) would give a t interval of
+  width 0. Its variance is floored at what binomial sampling of the seeds alone gives the difference (Agresti and
+  Caffo's adjusted shares, one success and one failure added to each side, so the floor is never 0), and the interval
+  is clipped to [−1, 1].
 * :func:`verdict`: "better", "worse" or "no detectable difference at this size", from whether the interval of the
   difference excludes 0, never from two means.
 
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 
 LEVEL = 0.95
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference at this size"
+ONE_REPEAT = "one repeat: no interval, no verdict"
 
 
 @dataclass(frozen=True)
@@ -134,9 +140,30 @@ def paired_difference(a: dict[int, float], b: dict[int, float], level: float = L
     return t_interval([a[r] - b[r] for r in common], level)
 
 
+def paired_share_difference(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]], level: float = LEVEL) -> Interval:
+    """A − B in the share of runs meeting γ over the repeats both have (``a``, ``b``: repeat -> (runs meeting γ, runs)),
+    with the t interval on the repeats' differences, its variance floored at the binomial one (the module docstring)."""
+    common = sorted(r for r in set(a) & set(b) if a[r][1] > 0 and b[r][1] > 0)
+    diffs = [a[r][0] / a[r][1] - b[r][0] / b[r][1] for r in common]
+    plain = t_interval(diffs, level)
+    if plain.n < 2:
+        return plain
+
+    def adjusted(met: int, runs: int) -> float:  # Agresti-Caffo: one success and one failure added
+        p = (met + 1) / (runs + 2)
+        return p * (1 - p) / (runs + 2)
+
+    floor = _mean([adjusted(*a[r]) + adjusted(*b[r]) for r in common]) / len(common)
+    observed = ((plain.high - plain.estimate) / t_quantile(0.5 + level / 2, plain.n - 1)) ** 2
+    half = t_quantile(0.5 + level / 2, plain.n - 1) * math.sqrt(max(observed, floor))
+    return Interval(plain.estimate, max(-1.0, plain.estimate - half), min(1.0, plain.estimate + half), plain.n, level)
+
+
 def verdict(difference: Interval, lower_is_better: bool = True) -> str:
     """From the interval of A − B alone: A is better where it excludes 0 on the good side, worse on the other, and
-    otherwise no difference is detectable with this many repeats (one repeat: no interval, so none is)."""
+    otherwise no difference is detectable with this many repeats; one repeat has no interval, so no verdict at all."""
+    if difference.n < 2:
+        return ONE_REPEAT
     if not difference.excludes(0.0):
         return NO_DIFFERENCE
     below = difference.high < 0

@@ -91,12 +91,12 @@ def _page_verdicts(page: Path) -> str:
         return ""
     paired = pd.read_csv(page / "paired.csv")
     cells = pd.read_csv(page / "repeats.csv")
-    if paired.empty:
+    if paired.empty or (paired["repeats_paired"] < 2).all():
         return ""
     cell = {(r["method"], float(r["epsilon"]), round(float(r["gamma"]), 6)): r for _, r in cells.iterrows()}
     text = lambda r, c, d=4: "" if r is None else Interval(r[c], r[f"{c}_low"], r[f"{c}_high"], 0).text(d)  # noqa: E731
     rows = []
-    for _, p in paired.iterrows():
+    for _, p in paired[paired["repeats_paired"] >= 2].iterrows():  # a cell run once has no interval: its page shows it
         against = str(p["against"]).removesuffix(" (non-private)")
         gamma = round(float(p["gamma"]), 6)
         mine = cell.get((p["method"], float(p["epsilon"]), gamma))
@@ -144,11 +144,14 @@ def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]
     out = []
     for page in repeat_pages(root):
         paired = pd.read_csv(page / "paired.csv")
+        paired = paired[paired["repeats_paired"] >= 2]  # no verdict from one repeat
         for (method, against, eps), group in paired.groupby(["method", "against", "epsilon"], sort=True):
             by: dict[str, list[str]] = {}
             for _, r in group.iterrows():
                 by.setdefault(r["error_verdict"], []).append(f"{float(r['gamma']):g}")
-            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))}", by))
+            runs = sorted({int(n) for n in group["repeats_paired"]})
+            repeats = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
+            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))} ({repeats} repeats)", by))
     return out
 
 

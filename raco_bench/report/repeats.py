@@ -19,7 +19,7 @@ import math
 import pandas as pd
 
 from raco_bench.methods import REGISTRY, get_method
-from raco_bench.report.intervals import Interval, paired_difference, share_interval, t_interval, verdict
+from raco_bench.report.intervals import Interval, paired_difference, paired_share_difference, share_interval, t_interval, verdict
 from raco_bench.report.series import base_method
 
 REPEAT_COLUMNS = ["method", "epsilon", "gamma", "repeats", "repeats_with_model", "test_error", "test_error_low", "test_error_high",
@@ -85,9 +85,9 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
     return pd.DataFrame(out, columns=REPEAT_COLUMNS)
 
 
-def _per_repeat(sat: pd.DataFrame, method: str, epsilon: float, gamma: float, column: str) -> dict[int, float]:
+def _per_repeat(sat: pd.DataFrame, method: str, epsilon: float, gamma: float, column: str) -> dict:
     mine = sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
-    return {int(r): float(v) for r, v in zip(mine["repeat"], mine[column])}
+    return {int(r): (v if isinstance(v, tuple) else float(v)) for r, v in zip(mine["repeat"], mine[column])}
 
 
 def _pipeline(series: str) -> str:
@@ -112,7 +112,7 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
     """``paired.csv`` (the module docstring): A − B per repeat at each ε and γ of A; B at the same ε, or at ε = ∞ for a
     non-private B."""
     sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)), epsilon=sat["epsilon"].astype(float))
-    share = sat.assign(share=sat["share_meeting"])
+    share = sat.assign(share=[(int(round(s * n)), int(n)) for s, n in zip(sat["share_meeting"], sat["n_runs"])])
     out = []
     for a, b in comparisons(set(sat["method"])):
         b_eps = set(sat.loc[sat["method"] == b, "epsilon"])
@@ -121,7 +121,7 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
             if other_eps is None:
                 continue
             error = paired_difference(_per_repeat(sat, a, epsilon, gamma, "test_error"), _per_repeat(sat, b, other_eps, gamma, "test_error"))
-            met = paired_difference(_per_repeat(share, a, epsilon, gamma, "share"), _per_repeat(share, b, other_eps, gamma, "share"))
+            met = paired_share_difference(_per_repeat(share, a, epsilon, gamma, "share"), _per_repeat(share, b, other_eps, gamma, "share"))
             out.append({"method": a, "against": b if other_eps == epsilon else f"{b} (non-private)", "epsilon": epsilon, "gamma": gamma,
                         "repeats_paired": error.n, "test_error_difference": error.estimate, "test_error_difference_low": error.low,
                         "test_error_difference_high": error.high, "error_verdict": verdict(error, lower_is_better=True),
