@@ -332,14 +332,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from raco_bench import preflight
-    from raco_bench.report.build import build_report
-    from raco_bench.report.load import ReportError
+    from raco_bench import preflight, tracking
 
     out = preflight.setting(args.out, "--out", f"reports/{args.experiment}", default_note="reports/<experiment> in the working directory")
     preflight.check_folder(out, "the report's folder", "pass --out a writable folder")
     if args.results:
         preflight.check_folder(preflight.Setting(args.results, "--results"), "the results page's folder", "pass --results a writable folder")
+    uri = tracking.resolve_tracking_uri(args.tracking_uri)  # the store, before the report's modules are imported (seconds)
+    preflight.check_store(uri, tracking.tracking_uri_source(args.tracking_uri)[1], args.experiment, write=not args.no_mlflow, existing=True)
+    from raco_bench.report.build import build_report
+    from raco_bench.report.load import ReportError
+
     try:
         report = build_report(args.experiment, args.tracking_uri, Path(out.value),
                               Path(args.references) if args.references else None, args.walltime_experiment,
