@@ -70,10 +70,14 @@ def studies_table(root: Path) -> str:
         kinds = [protocol_kind(p.params) or "not recorded" for p in study.parts]
         protocols = ", ".join(f"{kind} ({kinds.count(kind)} part{'s' if kinds.count(kind) > 1 else ''})" for kind in sorted(set(kinds)))
         repeats = sorted({p.repeat for p in study.parts})
+        unrecorded = sum(1 for p in study.parts if not p.wall_seconds)
+        wall = f"{sum(walls):.1f} min ({', '.join(f'{w:.1f}' for w in walls)})" if walls else "not recorded"
+        if walls and unrecorded:
+            wall += f" + {unrecorded} part{'s' if unrecorded > 1 else ''} not recorded"
         rows.append({"study": page.name, "ε": ", ".join(_eps(e) for e in eps), "γ": ", ".join(f"{g:g}" for g in gammas),
                      "methods": ", ".join(sorted(set(data["method"]))), "protocol": protocols,
                      "repeats": len(repeats), "parts": len(study.parts),
-                     "sweep wall time": f"{sum(walls):.1f} min ({', '.join(f'{w:.1f}' for w in walls)})" if walls else "not recorded",
+                     "sweep wall time": wall,
                      "page": f"[README]({page.name}/README.md)"})
     return pd.DataFrame(rows).to_markdown(index=False) if rows else "No page here has study data."
 
