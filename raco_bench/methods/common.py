@@ -63,8 +63,8 @@ def selection_note(selection) -> str:
 
 def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
     """The training split as device tensors (with the parts of the run's constraint): built once per dataset, device and
-    constraint, and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
-    key = ("train", str(ctx.device), with_parts, ctx.config.constraint if with_parts else None)
+    partition (what a row's part depends on), and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
+    key = ("train", str(ctx.device), with_parts, ctx.problem.partition if with_parts else None)
     return ctx.dataset.shared_tensors(key, lambda: _train_tensors(ctx, with_parts))
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from raco_bench import preflight, tracking
+from raco_bench.constraints.families import Task
 from raco_bench.packs.memory import DataShape
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
@@ -62,14 +63,15 @@ ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG
 
 def validate(spec: SweepSpec, tracking_uri: str | None, storage_path: str | None = None):
     """Everything that can be checked before anything is written."""
-    from raco_bench.constraints import BUILDERS
+    from raco_bench.constraints.families import check_names
     from raco_bench.data import load_dataset
+    from raco_bench.data.catalog import dataset_schema
     from raco_bench.methods import get_method
 
-    if spec.constraint not in BUILDERS:
-        raise ValueError(f"unknown constraint {spec.constraint!r}; choose one of: {', '.join(BUILDERS)}")
+    fam = spec.family  # an unknown constraint is refused here
+    check_names(fam, Task.of_schema(dataset_schema(spec.dataset, spec.schema or None)))  # a group or class the schema lacks: refused now
     for m in spec.methods:
-        reason = get_method(m).supports(spec.constraint)
+        reason = get_method(m).supports(fam)
         if reason:
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     uri = tracking.resolve_tracking_uri(tracking_uri)
@@ -467,7 +469,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
-    baseline = failure_baseline(spec.constraint, ds.val.y)
+    baseline = failure_baseline(spec.family, Task.of(ds), ds.val.y)
     trials1, trained = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1, baseline)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raco_bench import tracking
+from raco_bench.constraints.gaps import gap_keys
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
 from raco_bench.training.health import passes
@@ -35,7 +36,18 @@ from raco_bench.training.health import passes
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
-METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied", "top_class_share")
+
+
+def metric_keys() -> tuple[str, ...]:
+    """The metrics a run records per split: the evaluation's, with every registered gap metric (raco_bench.constraints.gaps)."""
+    return ("accuracy", "error", "max_constraint", "max_violation", *gap_keys(), "worst_group_loss", "satisfied", "top_class_share")
+
+
+def curve_keys() -> tuple[str, ...]:
+    """The metrics a run records as step-indexed curves per split."""
+    return ("accuracy", "max_constraint", *gap_keys())
+
+
 HEALTH, HEALTH_NOTE = "health", "health_note"  # the reported model's verdict (raco_bench.training.health): a tag, a column
 
 
@@ -56,7 +68,7 @@ def _dataset(name: str, split_seed: int, preprocessing: str, schema: str | None 
 NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
 PRIVACY_RUN_FIELDS = ("epsilon", "delta")
 SELECTION_RUN_FIELDS = ("selection_noise", "selection_checkpoints")
-USER_DATA_FIELDS = ("schema", "data")  # logged for a user's dataset only
+USER_DATA_FIELDS = ("schema", "data", "constraint_spec")  # logged where set: a user's dataset, a custom constraint
 
 
 def run_params(config: dict, private: bool) -> dict:
@@ -73,7 +85,7 @@ def run_params(config: dict, private: bool) -> dict:
 
 def _flat(prefix: str, block: dict) -> dict[str, float]:
     out = {}
-    for k in METRICS:
+    for k in metric_keys():
         if k in block:
             out[f"{prefix}{k}"] = float(block[k])
     return out
@@ -109,7 +121,7 @@ def history_points(entry: dict) -> list[tracking.Point]:
     """One evaluation's step-indexed points: ``eval/<split>_<metric>`` and whatever the method's report() returns as ``eval/<name>``."""
     step = entry["step"]
     points = [(f"eval/{split}_{k}", float(entry[split][k]), step) for split in ("train", "val", "test") if split in entry
-              for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
+              for k in curve_keys() if k in entry[split]]
     points += [(f"eval/{k}", float(v), step) for k, v in entry.items() if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]
     return points
 
@@ -118,7 +130,7 @@ def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
-                                      "batch_draws", "schema", "data", "validation_split")
+                                      "batch_draws", "schema", "data", "validation_split", "constraint_spec")
                 if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
@@ -185,6 +197,8 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint", "batch_draws")}
+    if trial.get("constraint_spec"):
+        row["constraint_spec"] = trial["constraint_spec"]
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
         row.update(repeat=trial["repeat"], tuning_runs=trial["tuning_runs"], tuning_note=trial.get("tuning_note", ""))
