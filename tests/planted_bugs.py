@@ -22,6 +22,7 @@ class PlantedBug:
     # names bound to the module's functions that are pointed at the mutant's ("package.module.name" or
     # "package.module:Class.name"), for bugs planted in the running code rather than passed to a check as a module
     replaces: tuple[str, ...] = ()
+    red: tuple[str, ...] = ()  # the checks that must go red (empty: every check of its test)
 
 
 @dataclass(frozen=True)
@@ -119,33 +120,81 @@ ENGINE_NOISE_BUGS: dict[str, PlantedTogether] = {
 }
 
 
-# The store's epsilon (tests/test_store_privacy.py): each must turn one of its checks red.
+# The store's epsilon (tests/test_store_privacy.py): each must turn one of its checks red (the checks of its module: the store's
+# composition, a group's step, a sweep's rows).
 STORE_BUGS: dict[str, PlantedBug] = {
     "runs that drew the same batches composed as independent releases": PlantedBug(
         "raco_bench.privacy.store",
         (("key = (r.batches, p.sampling_rate) if (shared and r.batches is not None) else (\"own\", i, j)", "key = (\"own\", i, j)"),),
         "issue 45's K = 10 DP-SGD runs on one seed's batches print 3.58 where they spend 4.49"),
-    "a group's step keeps only its first run's Laplace histogram": PlantedBug(
+    "a group's step keeps only its longest run's Laplace histograms": PlantedBug(
         "raco_bench.privacy.store",
-        (("sum(p.laplace for p in active))", "active[0].laplace)"),),
+        (("scales = tuple(s for p in active for s in p.laplace)", "scales = active[0].laplace"),),
         "RaCO-DP runs sharing batches: every histogram but one left out of the store's epsilon"),
     "a group's steps end with its shortest run": PlantedBug(
         "raco_bench.privacy.store",
         (("for T in sorted({p.steps for p in parts}):", "for T in sorted({p.steps for p in parts})[:1]:"),),
         "the longer runs' later steps left out of the store's epsilon"),
+    "a rest inside a self-composed event counted once (issue 45's review)": PlantedBug(
+        "raco_bench.privacy.store",
+        (("[ev.SelfComposedDpEvent(r, event.count) for r in rest])", "rest)"),),
+        "a histogram drawn from its own batch (RaCO-DP histogram_batch=independent) and the selection's releases counted once"),
+    "the store's epsilon below a run's printed epsilon": PlantedBug(
+        "raco_bench.privacy.store",
+        (("private_only = max(composed, largest)", "private_only = composed"),),
+        "a store holding budget tailoring's run prints 0.74 where the run printed 1.0"),
+    "a group's step without one of its histograms": PlantedBug(
+        "raco_bench.privacy.group_step",
+        (("    for s in scales:\n", "    for s in scales[1:]:\n"),),
+        "ten runs sharing a batch: one histogram's releases left out of the step"),
+    "a group's step without its Gaussians": PlantedBug(
+        "raco_bench.privacy.group_step",
+        (("return DiscretePair(_gaussian_pmf(gaussian, h).compose(laplaces, TRUNCATION), h)", "return DiscretePair(laplaces, h)"),),
+        "the gradient releases of runs sharing a batch left out of the step when they also release histograms"),
+    "a checkpoint=private row read without its selection (issue 45's review)": PlantedBug(
+        "raco_bench.sweeps.store_privacy",
+        (("        selection = SelectionRelease(float(noise), int(count))\n", "        selection = None\n"),),
+        "every checkpoint=private run's selection releases left out of the store's epsilon"),
+    "rows of two keys grouped as one (a resume without the key file)": PlantedBug(
+        "raco_bench.sweeps.store_privacy",
+        (("batches = (key, stream)", "batches = stream"),),
+        "runs trained under different keys composed as if they drew the same batches"),
 }
 
 
-# Deleting a run (tests/test_run_deletion.py): each must turn every check red.
+# Deleting a run (tests/test_run_deletion.py): each must turn its checks red (every check where it names none). The running
+# tracking module's functions named in ``replaces`` are pointed at the mutant's (default: delete_run).
 DELETION_BUGS: dict[str, PlantedBug] = {
     "a deleted run only marked deleted (MLflow's soft delete)": PlantedBug(
         "raco_bench.tracking",
         (("    get_artifact_repository(run.info.artifact_uri).delete_artifacts()\n", "    return retry(lambda: c.delete_run(run_id))\n"),),
-        "issue 45: a resume without the key file left the earlier attempt's curves readable"),
+        "issue 45: a resume without the key file left the earlier attempt's curves readable",
+        red=("check_deleted_run_leaves_nothing", "check_resume_under_another_key")),
     "a deleted run's metrics, params and tags kept": PlantedBug(
         "raco_bench.tracking",
         (("    retry(lambda: store._hard_delete_run(run_id))\n", ""),),
-        "the attempt's curves stay in the store, its artifacts gone"),
+        "the attempt's curves stay in the store, its artifacts gone",
+        red=("check_deleted_run_leaves_nothing", "check_resume_under_another_key")),
+    "deleted rows' bytes left in the file's free space (no secure delete; issue 45's review)": PlantedBug(
+        "raco_bench.tracking",
+        (("        dbapi_connection.execute(\"PRAGMA secure_delete = ON\")\n", "        pass\n"),),
+        "on an SQLite that does not zero deleted content (upstream's default), the deleted curves stay in mlflow.db's free pages",
+        replaces=("zero_deleted_content", "delete_run"), red=("check_deleted_bytes_leave_the_files",)),
+    "the write-ahead log kept after a deletion (issue 45's review)": PlantedBug(
+        "raco_bench.tracking",
+        (("            if not con.execute(\"PRAGMA wal_checkpoint(TRUNCATE)\").fetchone()[0]:", "            if True:"),),
+        "the deleted run's rows stay in mlflow.db-wal as they were written",
+        red=("check_deleted_bytes_leave_the_files",)),
+    "a deleted run's registered model versions kept (issue 45's review)": PlantedBug(
+        "raco_bench.tracking",
+        (("    for version in retry(lambda: c.search_model_versions(f\"run_id = '{run_id}'\")):", "    for version in []:"),),
+        "the registry keeps a version of the deleted run, its description holding its test accuracy",
+        red=("check_registered_versions_go",)),
+    "a resume under a new key leaves the old attempt's incomplete runs to the workers": PlantedBug(
+        "raco_bench.tracking",
+        (("t.get(COMPLETE) == \"1\" or t.get(KEY_ID, key) == key:", "True:"),),
+        "the driver finds no stale pack, so Tune's storage keeps its checkpoints (docs/privacy.md, \"Threat model\")",
+        replaces=("drop_other_key_runs",), red=("check_other_key_runs_dropped_up_front",)),
 }
 
 

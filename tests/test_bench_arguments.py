@@ -21,7 +21,7 @@ def test_also_refuses_a_method_it_cannot_measure_in_a_pack(method, message, caps
 def test_also_measures_each_other_method_once_and_not_the_default_ones_again(monkeypatch, capsys):
     seen = {}
 
-    def fake_measure(sizes, device, eval_every, singles, also=()):
+    def fake_measure(sizes, device, eval_every, singles, also=(), *more):
         seen["also"] = also
         raise SystemExit(0)  # stop before measuring: only the arguments are checked here
 

@@ -101,28 +101,60 @@ def test_poisson_rows_is_an_exact_poisson_subsample():
 KEY = bytes(range(32))
 
 
-def test_secret_words_are_aes_256_ctr_bit_for_bit():
-    """Each stream's words are the AES-256-CTR keystream of ``cryptography`` started at the stream's counter block
-    (key ‖ tag), read as little-endian 64-bit words; any slice of a stream is the same slice of that keystream."""
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+def _chacha20_reference(keys: rng.StreamKeys, words: int) -> list[list[int]]:
+    """Each stream's first ``words`` words from ``cryptography``'s ChaCha20 (OpenSSL's 16-byte nonce: the 32-bit
+    block counter, then RFC 8439's 96-bit nonce, all little-endian)."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    source = rng.Keystream(KEY)
+    out = []
+    for key, tag in zip(keys.key.reshape(-1).tolist(), keys.tag.reshape(-1).tolist()):
+        nonce = (0).to_bytes(4, "little") + (tag >> 32).to_bytes(4, "little") + (key & MASK).to_bytes(8, "little")
+        stream = Cipher(algorithms.ChaCha20(KEY, nonce), None).encryptor().update(bytes(8 * words))
+        out.append(np.frombuffer(stream, dtype="<i8").tolist())
+    return out
+
+
+def test_chacha20_blocks_match_rfc_8439s_test_vector():
+    """RFC 8439, 2.3.2: key 00 … 1f, nonce 00000009 0000004a 00000000, block counter 1; both forms of the block."""
+    key_words = torch.from_numpy(np.frombuffer(KEY, dtype="<u4").astype(np.int64))
+    nonce, stream_key = torch.tensor([0x09000000]), torch.tensor([0x4A000000])  # the nonce's words, little-endian
+    expected = bytes.fromhex("10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"
+                             "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e")
+    assert rng.chacha20_blocks(key_words, nonce, stream_key, 1, 1).numpy().tobytes() == expected
+    blocks = np.empty((1, 1, 16), np.uint32)
+    rng._chacha20_blocks(key_words.numpy().astype(np.uint32), nonce.numpy().astype(np.uint32), stream_key.numpy().view(np.uint64), 1, blocks)
+    assert blocks.tobytes() == expected
+
+
+@pytest.mark.parametrize("cpu_loop", [True, False], ids=["cpu-loop", "torch-ops"])
+def test_secret_words_are_chacha20_bit_for_bit(cpu_loop):
+    """Each stream's words are the ChaCha20 keystream of ``cryptography`` under the stream's nonce (its (step, purpose)
+    word and its 64-bit key), read as little-endian 64-bit words; any slice of a stream is the same slice of that
+    keystream, in the compiled CPU loop and in the torch form a GPU runs (forced here on the CPU)."""
+    source = rng.Keystream(KEY, cpu_loop=cpu_loop)
     keys = rng.stream_keys(torch.tensor([0, 1, 12345, -7]), torch.tensor([0, 3, 999, 5_000_000]), rng.GAUSSIAN, source)
     got = rng.words(keys, 0, 51)
-    for k in range(4):
-        iv = (int(keys.key[k]) & MASK).to_bytes(8, "big") + (int(keys.tag[k]) & MASK).to_bytes(8, "big")
-        stream = Cipher(algorithms.AES(KEY), modes.CTR(iv)).encryptor().update(bytes(8 * 52))
-        assert got[k].tolist() == np.frombuffer(stream, dtype="<i8")[:51].tolist()
-    assert torch.equal(rng.words(keys, 7, 30), got[:, 7:37])  # any slice, from an odd word too
+    assert got.tolist() == [w[:51] for w in _chacha20_reference(keys, 51)]
+    assert torch.equal(rng.words(keys, 7, 30), got[:, 7:37])  # any slice, from a word inside a block too
+    assert torch.equal(rng.words(keys[1:3], 17, 3), got[1:3, 17:20])
     assert not torch.equal(got, rng.words(rng.stream_keys(torch.tensor([0, 1, 12345, -7]), torch.tensor([0, 3, 999, 5_000_000]),
                                                           rng.GAUSSIAN), 0, 51))  # not the reproducible words
     assert not torch.equal(got, rng.words(rng.stream_keys(torch.tensor([0, 1, 12345, -7]), torch.tensor([0, 3, 999, 5_000_000]),
                                                           rng.GAUSSIAN, rng.Keystream(bytes(32))), 0, 51))  # another key, other words
 
 
+def test_the_compiled_loop_and_the_torch_form_draw_the_same_words():
+    """Many streams and blocks at once (the loop works 64 blocks at a time, so the lanes' tail is exercised)."""
+    keys = rng.stream_keys(torch.arange(37) * 7919 - 100, torch.arange(37) % 5 + 2, rng.BATCH, rng.Keystream(KEY))
+    key_words = torch.from_numpy(np.frombuffer(KEY, dtype="<u4").astype(np.int64))
+    torch_form = rng.chacha20_blocks(key_words, keys.tag >> 32, keys.key, 3, 5)
+    assert torch.equal(rng.secret_words(KEY, keys, 24, 40), torch_form)
+    assert torch.equal(rng.secret_words(KEY, keys, 24, 40, cpu_loop=False), torch_form)
+
+
 def test_secret_counter_blocks_are_injective():
     """The tag holds (step, purpose), so streams whose 64-bit keys collide at different (step, purpose) still use distinct
-    counter blocks; steps beyond the tag's field are refused rather than wrapped."""
+    nonces; steps beyond the nonce's field are refused rather than wrapped."""
     a = rng.stream_keys(torch.tensor([5]), 3, rng.BATCH, rng.Keystream(KEY))
     b = rng.stream_keys(torch.tensor([5]), 3, rng.LAPLACE, rng.Keystream(KEY))
     assert int(a.tag[0]) != int(b.tag[0])
@@ -157,3 +189,17 @@ def test_key_file_is_created_private_and_read_back(tmp_path):
     with pytest.raises(ValueError, match="applies only to --randomness secret"):
         rng.Keystream.for_mode("reproducible", path)
     assert rng.Keystream.for_mode("secret").secret != rng.Keystream.for_mode("secret").secret  # fresh keys from the OS
+
+
+def test_a_step_given_as_an_integer_names_the_same_streams_as_a_step_tensor():
+    """Packs on a GPU pass the step as a Python integer (a scalar in the device's arithmetic, nothing copied to it):
+    the keys and tags, and so every word, are those of the step as a tensor, in both word sources."""
+    seeds = torch.tensor([0, 1, 12345, -7, 2**62])
+    for source in (rng.REPRODUCIBLE, rng.Keystream(KEY)):
+        for step in (0, 1, 999, (1 << 23) - 1):
+            a = rng.stream_keys(seeds, step, rng.LAPLACE, source)
+            b = rng.stream_keys(seeds, torch.tensor(step), rng.LAPLACE, source)
+            assert torch.equal(a.key, b.key) and torch.equal(a.tag, b.tag)
+            assert torch.equal(rng.normal(a, 5), rng.normal(b, 5))
+    with pytest.raises(ValueError, match="counter range"):
+        rng.stream_keys(seeds, 1 << 23, rng.BATCH, rng.Keystream(KEY))

@@ -50,7 +50,7 @@ def test_a_sweep_sizes_its_packs_by_the_nodes_free_memory():
     assert pack_budget(2, ADULT, free) == pytest.approx(_total(ADULT, 40, widest), rel=1e-6)
     tight = pack_memory_fit(trials, spec, ADULT, slots=2, free=free)
     assert auto_pack_size(len(trials), 2, False, tight) == 40
-    assert auto_pack_size(len(trials), 2, True, tight) == 250  # GPU packs are not sized by the host's memory
+    assert auto_pack_size(len(trials), 2, True, tight) == 500  # GPU trials: one per slot, not sized by the host's memory
 
 
 def test_a_pack_keeps_freed_memory_in_the_process():
@@ -77,3 +77,41 @@ def test_freed_memory_kept_by_a_pack_can_be_handed_back_before_a_measurement():
     assert kept > 40 * 2**20  # freed, and still resident
     assert release_freed_memory()
     assert resident() - before < 8 * 2**20  # handed back
+
+
+def test_a_gpu_pack_is_the_largest_the_devices_free_memory_fits():
+    """A GPU trial sizes its packs from its device's free memory (docs/packs.md, "The GPU path"): the largest K whose GPU
+    estimate, less the host's history, fits 80 % of the free memory less the dataset's tensors; more free memory or
+    fewer distinct batch streams, a larger pack."""
+    from raco_bench.packs.memory import FREE_SHARE_GPU, largest_pack_on_device
+
+    def on_device(k: int, streams: int | None = None) -> int:
+        return estimate([1024.0] * k, [202] * k, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows, gpu=True, selection=True,
+                        batch_streams=streams).on_device
+
+    free = 20 * 2**30
+    k = largest_pack_on_device(10**6, ADULT, 1024.0, 202, free)
+    budget = FREE_SHARE_GPU * free - ADULT.dataset_bytes
+    assert on_device(k) <= budget < on_device(k + 1) and k > 1024
+    assert largest_pack_on_device(10**6, ADULT, 1024.0, 202, 2 * free) > k
+    assert largest_pack_on_device(10**6, ADULT, 1024.0, 202, free, batch_streams=40) >= k
+    assert largest_pack_on_device(100, ADULT, 1024.0, 202, free) == 100 and largest_pack_on_device(10**6, ADULT, 1024.0, 202, 0) == 1
+    gpu = estimate([1024.0] * 256, [202] * 256, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows, gpu=True)
+    assert gpu.total == gpu.on_device + gpu.history  # the history is the host's
+
+
+def test_a_trial_trains_its_configurations_in_packs_of_at_most_max_pack(adult, monkeypatch):
+    """``train_runs(max_pack=)``: consecutive packs of at most that many, each configuration ending as in one pack."""
+    from test_packs import MIXED, _assert_same, _runs
+
+    from raco_bench.packs import run as pack_run
+
+    sizes = []
+    real = pack_run.train_pack
+    monkeypatch.setattr(pack_run, "train_pack", lambda runs, *a, **k: sizes.append(len(runs)) or real(runs, *a, **k))
+    specs = [(m, p, g, min(T, 12), seed) for m, p, g, T, seed in MIXED]
+    whole = pack_run.train_runs(_runs(adult, specs))
+    split = pack_run.train_runs(_runs(adult, specs), max_pack=3)
+    assert sizes == [4, 3, 1]
+    for a, b in zip(split, whole):
+        _assert_same(a, b, rtol=1e-4)

@@ -65,3 +65,26 @@ def test_dp_fermi_packs_equivalently_on_cuda(adult, privacy):
                                noise_multiplier=1.5), 0.05, 30, 0),
              ("dp-fermi", dict(batch_size=1024, privacy=privacy, fairness=0.5, noise_multiplier=3.0), 0.05, 18, 1)]
     _same_on_cuda(adult, specs)
+
+
+def test_the_ahead_step_on_cuda_never_synchronises_with_the_host(adult):
+    """Between two evaluations the step a device runs ahead on (the default on CUDA) makes no synchronising call: torch's
+    sync debug mode raises on any (a value read back, a pageable copy, nonzero); the blocks of draws included (step 33)."""
+    engine = LagrangianEngine(_runs(adult, [(m, p, g, 40, seed) for m, p, g, _, seed in MIXED[:3]]))  # none ends: no new live set
+    assert engine.ahead is not None
+    engine.step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(35):
+            engine.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    engine.settle()
+    assert engine.state.step == 36
+
+
+def test_the_host_path_on_cuda_still_equals_its_runs_alone(adult):
+    """The host path (ahead=False: chunks, shared-batch groups, read-backs), which DP-FERMI's engine still takes."""
+    for res, run in zip(train_pack(_runs(adult, MIXED), ahead=False), _runs(adult, MIXED)):
+        _assert_same(res, execute(run), rtol=1e-4)

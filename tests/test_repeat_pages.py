@@ -103,3 +103,23 @@ def write_readme_lines_of(folder: Path) -> str:
     rows, selections = labelled(study)
     drawn = Drawn(rows=rows, selections=selections, satisfaction=satisfaction_rows(rows, selections))
     return "\n".join(_repeat_lines(folder, study, drawn))
+
+
+def test_a_figure_draws_a_cell_of_several_repeats_as_one_point_with_its_interval(tmp_path):
+    """The figures' points (report/points.py): one per cell, at the mean over its repeats, its bars the t interval."""
+    from raco_bench.report.load import aggregate
+    from raco_bench.report.points import selected_points
+
+    shifts = [-0.05, -0.03, -0.04]
+    page = _page(tmp_path, shifts, build=False)
+    study = Study.read(page)
+    rows, selections = labelled(study)
+    selections = [{**s, "repeat": study.repeat_of[s["sweep_id"]]} for s in selections]
+    points = selected_points(aggregate(rows), selections)
+    raco = points[(points["method"] == "raco-dp") & np.isclose(points["selected_gamma"], 0.1)]
+    assert len(raco) == 1 and int(raco["repeats"].iloc[0]) == 3
+    per_repeat = [_fixture_error("raco-dp", 0.1) + s for s in shifts]
+    assert raco["test_error"].iloc[0] == pytest.approx(np.mean(per_repeat), abs=1e-6)
+    half = student.ppf(0.975, 2) * np.std(per_repeat, ddof=1) / math.sqrt(3)
+    assert raco["test_error_sd"].iloc[0] == pytest.approx(half, abs=1e-6)
+    assert len(points) == len(points.drop_duplicates(["method", "epsilon", "selected_gamma"]))

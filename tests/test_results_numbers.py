@@ -38,3 +38,17 @@ def test_a_number_the_prose_carries_that_no_generated_table_holds_is_caught(tmp_
     assert numbers_in(hand_written((root / "README.md").read_text())) == ["0.1737", "0.0520", "0.2468"]
     assert unsupported_numbers((root / "README.md").read_text(), generated) == ["0.0520"]
     assert unsupported_numbers("0.174 is 0.1737 rounded otherwise", generated) == ["0.174"]  # cite with the table's digits
+
+
+def test_a_claims_section_cites_one_pages_verdicts_and_cells(tmp_path):
+    """``verdicts PAGE`` and ``repeats PAGE`` blocks hold that page's tables (written from its repeats.csv and paired.csv)."""
+    from test_repeat_pages import _page
+
+    page = _page(tmp_path, [-0.050, -0.046, -0.052, -0.048])  # tmp_path/results/adult-repeats, RaCO-DP clearly ahead at γ = 0.1
+    root = page.parent
+    (root / "README.md").write_text("# Results\n\n" + block("verdicts adult-repeats", "") + "\n\n" + block("repeats adult-repeats", "")
+                                    + "\n\n" + block("verdicts nowhere", "") + "\n")
+    assert write_overview(root) == [root / "README.md"]
+    text = (root / "README.md").read_text()
+    assert "better" in text and "searched per repeat" in text and "[nowhere](nowhere/README.md) has no paired comparisons yet." in text
+    assert unsupported_numbers("RaCO-DP's difference is cited from the table.", generated_values(root)) == []

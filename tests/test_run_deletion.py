@@ -2,12 +2,16 @@
 store's ε"). MLflow's own delete only marks a run deleted: its metrics stay readable, so a sweep resumed without its key
 file, which deletes the attempt trained under the other key and trains it anew, left two independent trainings of one
 configuration in the store. Here, on a real SQLite store: no row of any table holds the deleted run's id, its artifacts
-and its logged model's are gone, and the run beside it is untouched."""
+and its logged model's are gone, and the run beside it is untouched; on an SQLite that does not zero deleted content
+(upstream's default, forced here), neither the database file nor its write-ahead log holds the deleted run's bytes; its
+registered model versions go with it; and a resume under a new key deletes the old attempt's incomplete runs before it
+trains."""
 
 from __future__ import annotations
 
 import sqlite3
 import sys
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +110,92 @@ def check_resume_under_another_key(store, tmp_path) -> None:
     assert tracking.get_run(uri, second).data.tags[tracking.KEY_ID] == "key-two"
 
 
-CHECKS = [check_deleted_run_leaves_nothing, check_resume_under_another_key]
+@contextmanager
+def sqlite_without_zeroing():
+    """Every SQLite connection opened in the block starts with ``secure_delete`` off, as SQLite's own builds have it (this
+    machine's library has it on): what the suite deletes must go whatever the library's default."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def off(dbapi_connection, record) -> None:
+        dbapi_connection.execute("PRAGMA secure_delete = OFF")
+
+    event.listen(Engine, "connect", off)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "connect", off)
+
+
+def check_deleted_bytes_leave_the_files(store, tmp_path) -> None:
+    """A run with a long curve and a param, deleted on a fresh store whose SQLite does not zero deleted content: the raw
+    bytes of mlflow.db and of its write-ahead log hold neither its metric key, nor its param, nor its id."""
+    from mlflow.entities import Metric
+
+    root = tmp_path / "unzeroed"
+    root.mkdir(parents=True)
+    db = root / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    with closing(sqlite3.connect(store[1])) as src, closing(sqlite3.connect(db)) as dst:
+        src.backup(dst)  # the module's store, its tables made (seconds saved), opened below under another URI: fresh connections
+    marker, param = "eval/curve_of_the_deleted_attempt", "param_of_the_deleted_attempt"
+    with sqlite_without_zeroing():
+        exp = tracking.get_or_create_experiment(uri, "unzeroed")
+        victim = tracking.create_run(uri, exp, "victim")
+        c = tracking.client(uri)
+        c.log_batch(victim, metrics=[Metric(marker, 0.5 + 1e-3 * t, 0, t) for t in range(2000)], params=[])
+        c.log_param(victim, param, "0.123456789")
+        kept = tracking.create_run(uri, exp, "kept")
+        c.log_batch(kept, metrics=[Metric("eval/kept", 0.1, 0, t) for t in range(10)], params=[])
+        assert marker.encode() in b"".join(f.read_bytes() for f in root.glob("mlflow.db*"))  # written, before
+        tracking.delete_run(uri, victim)
+    for f in sorted(root.glob("mlflow.db*")):
+        raw = f.read_bytes()
+        found = [what for what in (marker, param, victim) if what.encode() in raw]
+        assert not found, f"{f.name} still holds the deleted run's {found}"
+    assert [m.value for m in c.get_metric_history(kept, "eval/kept")] == [0.1] * 10
+
+
+def check_registered_versions_go(store, tmp_path) -> None:
+    """A run registered in the model registry: deleting it deletes its version's tags, description and link to it."""
+    uri, db, exp = store
+    victim = recorded_run(uri, exp, tmp_path, name="registered")
+    name = f"dp-sgd.eps=1.gamma=none.{tmp_path.name}"
+    version = tracking.register_model(uri, name, victim, {"seed": "7", "marker": "tag-of-the-deleted-run"},
+                                      "test accuracy 0.8765 of the deleted run", {"method": "dp-sgd"}, "a registered model")
+    assert version is not None and rows_holding(db, "tag-of-the-deleted-run") and rows_holding(db, "0.8765 of the deleted run")
+    tracking.delete_run(uri, victim)
+    assert rows_holding(db, victim) == [] and rows_holding(db, "tag-of-the-deleted-run") == [] and rows_holding(db, "0.8765 of the deleted run") == []
+    c = tracking.client(uri)
+    assert not [v for v in c.search_model_versions(f"name = '{name}'") if v.current_stage != "Deleted_Internal"]
+
+
+def check_other_key_runs_dropped_up_front(store, tmp_path) -> None:
+    """Before a resume under a new key trains, the driver deletes the incomplete pack and configuration runs that the
+    attempt under the other key left, and only those: complete runs and runs of its own key stay."""
+    uri, db, exp = store
+    parent = tracking.create_run(uri, exp, "parent")
+    sweep = f"sweep-{tmp_path.name}"
+
+    def pack(key: str, which: str, complete: bool) -> str:
+        p = {"pack_key": f"{which}-{tmp_path.name}", "sweep_id": sweep, "phase": 2, "method": "dp-sgd", "members": [{"experiment": "deletion"}]}
+        run_id, _ = tracking.get_or_create_pack_run(uri, exp, parent, p, key=key)
+        if complete:
+            tracking.set_tags(uri, run_id, {tracking.COMPLETE: "1"})
+        return run_id
+
+    stale, done, own = pack("old-key", "stale", False), pack("old-key", "done", True), pack("new-key", "own", False)
+    trial = {"trial_key": f"trial-{tmp_path.name}", "sweep_id": sweep, "phase": 2, "dataset": "adult", "method": "dp-sgd",
+             "constraint": "demographic-parity", "seed": 0, "config_id": 0, "epsilon": 1.0, "gamma": 0.1}
+    child, _, _ = tracking.get_or_create_trial_run(uri, exp, parent, trial, key="old-key")
+    dropped = tracking.drop_other_key_runs(uri, exp, sweep, 2, "new-key")
+    assert dropped == {f"stale-{tmp_path.name}"}
+    assert rows_holding(db, stale) == [] and rows_holding(db, child) == []
+    assert rows_holding(db, done) and rows_holding(db, own)
+
+
+CHECKS = [check_deleted_run_leaves_nothing, check_resume_under_another_key, check_deleted_bytes_leave_the_files, check_registered_versions_go,
+          check_other_key_runs_dropped_up_front]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
@@ -115,18 +204,54 @@ def test_deletion(check, store, tmp_path):
 
 
 @pytest.mark.parametrize("name", list(DELETION_BUGS))
-def test_each_planted_deletion_bug_turns_every_check_red(name, store, tmp_path, monkeypatch):
+def test_each_planted_deletion_bug_turns_its_checks_red(name, store, tmp_path, monkeypatch):
     bug = DELETION_BUGS[name]
     mutant = load_mutant(Path(tracking.__file__).read_text(), list(bug.edits), name, "deletion_mutant_", bug.module)
     try:
-        monkeypatch.setattr(tracking, "delete_run", mutant.delete_run)
+        for fn in bug.replaces or ("delete_run",):
+            monkeypatch.setattr(tracking, fn, getattr(mutant, fn))
         green = []
-        for i, check in enumerate(CHECKS):
+        for i, check in enumerate(c for c in CHECKS if c.__name__ in bug.red):
             try:
                 check(store, tmp_path / str(i))
                 green.append(check.__name__)
             except AssertionError as exc:
                 print(f"{name}: {check.__name__}: {str(exc).splitlines()[0]}")
-        assert not green, f"the planted bug {name!r} ({bug.effect}) left {green} green"
+        assert bug.red and not green, f"the planted bug {name!r} ({bug.effect}) left {green} green"
+    finally:
+        sys.modules.pop(mutant.__name__, None)
+
+
+def check_drops_other_keys(store, module, sweep: str) -> None:
+    """Accounted tuning draws its searches from the key (raco_bench/sweeps/accounted.py): before it plans, a sweep deletes the
+    runs an attempt under another key trained, complete or not, with everything they recorded (``drop_other_keys``); this
+    key's runs and the phase parent stay."""
+    uri, db, exp = store
+    parent = tracking.get_or_create_parent(uri, exp, sweep, 1, {"experiment": "deletion"})
+    packs = {}
+    for name, key, complete in (("first", "key-one", "1"), ("first, unfinished", "key-one", "0"), ("this", "key-two", "1")):
+        pack = {"pack_key": f"{sweep} {name}", "sweep_id": sweep, "phase": 1, "method": "dp-sgd", "members": [{"experiment": "deletion"}]}
+        packs[name], _ = tracking.get_or_create_pack_run(uri, exp, parent, pack, key)
+        tracking.log_text(uri, packs[name], "trial_key,config_id\nabc,123\n", "configs.csv")
+        tracking.set_tags(uri, packs[name], {tracking.COMPLETE: complete})
+    assert module.drop_other_keys(uri, exp, sweep, 1, "key-two") == 2
+    assert rows_holding(db, packs["first"]) == [] and rows_holding(db, packs["first, unfinished"]) == []
+    assert rows_holding(db, packs["this"]) and rows_holding(db, parent)
+    assert module.drop_other_keys(uri, exp, sweep, 1, "key-two") == 0
+
+
+def test_a_resume_under_another_key_deletes_the_earlier_accounted_search(store):
+    check_drops_other_keys(store, tracking, "accounted")
+
+
+def test_keeping_another_keys_complete_runs_is_caught(store):
+    """The planted bug: another key's complete runs kept, as a two-phase sweep keeps them (there the configurations do not
+    depend on the key); under accounted tuning they are another search, and would mix with this key's."""
+    edits = [('if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key:',
+              'if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key and run.data.tags.get(COMPLETE) != "1":')]
+    mutant = load_mutant(Path(tracking.__file__).read_text(), edits, "complete runs kept", "deletion_mutant_", "raco_bench.tracking")
+    try:
+        with pytest.raises(AssertionError):
+            check_drops_other_keys(store, mutant, "accounted, mutant")
     finally:
         sys.modules.pop(mutant.__name__, None)

@@ -128,8 +128,10 @@ def test_a_dp_fermi_step_with_shared_batches_releases_what_each_configuration_re
     for k in range(len(specs)):
         one = torch.tensor([k])
         alone = fermi_release(take_rows(engine.state, one), *args, take_rows(engine.settings, one), products)
-        for name in ("grad_w", "grad_b", "grad_W"):
-            torch.testing.assert_close(getattr(together, name)[k], getattr(alone, name)[0], rtol=1e-5, atol=1e-4, msg=f"{name} of {k}")
+        for name in ("grad_w", "grad_b", "grad_W"):  # float32 sums over a batch of ~500 rows in another order: 2e-5 of the largest
+            reference = getattr(alone, name)[0]
+            torch.testing.assert_close(getattr(together, name)[k], reference, rtol=1e-5, atol=max(1e-4, 2e-5 * float(reference.abs().max())),
+                                       msg=f"{name} of {k}")
 
 
 def test_the_batch_stream_is_shared_by_seed_and_batch_size_and_nothing_else_and_own_by_default():

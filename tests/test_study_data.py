@@ -21,6 +21,7 @@ import pytest
 import stores
 from test_report import _is_pdf, _is_png, adult_store  # noqa: F401  (the shared smoke sweep's store, made in the background)
 
+from raco_bench import tracking
 from raco_bench.report.marks import RING_SIZE
 from raco_bench.report.study import Study, part_paths, read_part, write_part
 
@@ -269,6 +270,31 @@ def test_published_points_go_on_the_figure_of_their_quantity(tmp_path, monkeypat
     assert "published dp-fermi (paper E) is a eo_gap value" in (page / "README.md").read_text()
 
 
+def test_a_part_keeps_its_store_epsilon_and_the_page_states_it(tmp_path, built):
+    """A part carries its sweep's store ε figures (whole store, private runs only, own batches, largest run, end to end or
+    not) through writing and reading, and its page's part section states them; a part written before them says so."""
+    import dataclasses
+    import json
+    import math
+
+    from raco_bench.report.results_page import store_lines
+
+    page = _study(tmp_path, (DEFAULT_1,))
+    part = read_part(part_paths(page, DEFAULT_1)[1])
+    assert part.store_epsilon == {} and "not in this part" in store_lines(part)[0]
+    assert "not in this part" in (built[0] / "README.md").read_text()
+    figures = {"adult": {"epsilon": math.inf, "private_only": 7.25, "own_batches": 3.5, "largest_run": 0.9998, "end_to_end": False,
+                         "delta": 1e-5, "runs": 40, "without_claim": 12, "outside_budget": ["exact training-set metrics released"]}}
+    write_part(page, dataclasses.replace(part, store_epsilon=figures))
+    assert json.loads(part_paths(page, DEFAULT_1)[1].read_text().replace("Infinity", "1e999"))["store_epsilon"]["adult"]["private_only"] == 7.25
+    again = read_part(part_paths(page, DEFAULT_1)[1])
+    assert again.store_epsilon == figures
+    (line,) = store_lines(again)
+    assert line == ("- **The store's ε** (a reader of all 40 runs this sweep trained on adult, at δ = 1e-05): ∞, 12 runs having no "
+                    "record-level claim; **private runs only** (the other 28): 7.25; had every run drawn its own batches: 3.5; largest "
+                    "per-run ε: 0.9998; **not end to end** (outside the budget, as the runs list it: exact training-set metrics released)")
+
+
 # ------------------------------------------------------------------------------------------ from a real sweep
 @pytest.mark.slow
 def test_a_real_sweep_exported_then_rebuilt_without_its_store(adult_store, tmp_path):  # noqa: F811
@@ -283,6 +309,19 @@ def test_a_real_sweep_exported_then_rebuilt_without_its_store(adult_store, tmp_p
     parts = sorted(p.name for p in (page / "parts").iterdir())
     assert len(parts) == 2 and parts[0].endswith(".csv.gz") and parts[1].endswith(".json")
     assert sum(p.stat().st_size for p in (page / "parts").iterdir()) < 12000
+    import json
+
+    from raco_bench.sweeps.store_privacy import STORE_ARTIFACT
+
+    (meta,) = (page / "parts").glob("*.json")  # the store's ε as the sweep's parent recorded it, and the page states it
+    store = json.loads(meta.read_text())["store_epsilon"]["adult"]
+    c = tracking.client(uri)
+    parent = c.search_runs([c.get_experiment_by_name("adult-demographic-parity-smoke").experiment_id],
+                           f"tags.`{tracking.KIND}` = 'phase' and tags.`{tracking.PHASE}` = '2'")[0]
+    record = json.loads(Path(tracking.read_artifact(uri, parent.info.run_id, STORE_ARTIFACT)).read_text())["adult"]
+    assert store["epsilon"] == record["epsilon"] == float("inf") and store["private_only"] == pytest.approx(record["private_only"], rel=1e-5)
+    assert store["end_to_end"] is False and store["without_claim"] == len(record["not_record_level"]) > 0
+    assert f"**private runs only** (the other {store['runs'] - store['without_claim']}): {store['private_only']:.4g}" in (page / "README.md").read_text()
     exported = (page / "satisfaction.csv").read_bytes()
     from_mlflow = pd.read_csv(tmp_path / "report" / "satisfaction.csv")  # drawn from the rows as MLflow holds them
     shutil.rmtree(tmp_path / "store")

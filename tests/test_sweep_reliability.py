@@ -244,6 +244,49 @@ def test_a_pack_worker_killed_mid_pack_is_retried_from_its_checkpoint_with_ident
         pd.testing.assert_series_equal(got[col], want[col])
 
 
+def _holds_run(cwd: Path, run_id: str) -> bool:
+    """Whether the store's file still has the run, read straight from it and read-only (the sweep writes meanwhile)."""
+    con = sqlite3.connect(f"{(cwd / 'mlflow.db').as_uri()}?mode=ro", uri=True)
+    try:
+        return con.execute("select count(*) from runs where run_uuid = ?", (run_id,)).fetchone()[0] > 0
+    finally:
+        con.close()
+
+
+REKEYED = ["--smoke", "--methods", "raco-dp", "--n-configs", "1", "--epsilons", "8", "--max-steps", "4000", "--phase2-seeds", "1",
+           "--pack-size", "2", "--pack-checkpoint-s", "1"]  # one pack, T = 4,000 at epsilon 8: still training at its first checkpoint
+
+
+@pytest.mark.slow
+def test_a_resume_under_a_new_key_deletes_the_old_attempt_from_tune_storage_before_it_trains(tmp_path, started):
+    """Ctrl-C once a pack has a checkpoint, then --resume without a key file (a new key): before it trains anything, the
+    resume deletes the old attempt's incomplete pack run from MLflow and its trial folders from Tune's storage (the
+    checkpoints hold that attempt's parameters and curves, a second training of its configurations; docs/privacy.md,
+    "Threat model"), and says so. The resume is stopped there: what it trains next is any sweep's business."""
+    run = tmp_path / "rekeyed"
+    run.mkdir()
+    proc = _sweep(run, *REKEYED, wait=False)  # no --key-file: each command draws its own key
+    started.append(proc)
+    states = lambda: list((run / "ray_results").rglob("pack_state.pt"))  # noqa: E731
+    _wait(lambda: states(), what="the pack's first checkpoint", proc=proc)
+    os.kill(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    (pack,) = tracking.search_all(_uri(run), [_experiment(run, SMOKE_NAME)], f"tags.`{tracking.KIND}` = 'pack'")
+    assert pack.data.tags.get(tracking.COMPLETE) != "1"
+    old = {p.parent.parent for p in states()}  # its trial folders, with the old key's checkpoints and result files
+    assert old and all((f / "params.json").exists() for f in old)
+
+    resumed = _sweep(run, *REKEYED, "--resume", wait=False)
+    started.append(resumed)
+    _wait(lambda: not _holds_run(run, pack.info.run_id) and not any(f.exists() for f in old), what="the old attempt deleted", proc=resumed)
+    os.kill(resumed.pid, signal.SIGINT)
+    out, _ = resumed.communicate(timeout=300)
+    assert "1 packs an attempt under another key left incomplete were deleted" in out and "(1 trial folders)" in out, out[-3000:]
+    assert not any(f.exists() for f in old)
+    assert not [f.name for f in run.glob("mlflow.db*") if pack.info.run_id.encode() in f.read_bytes()]  # nor a byte of it in the store
+
+
 # ----------------------------------------------------------------------------------- the tracking store
 @pytest.mark.parametrize("server", ["refused", "silent"])
 def test_an_unreachable_store_fails_on_its_probe_before_ray_or_loading(tmp_path, server):

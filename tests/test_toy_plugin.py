@@ -50,6 +50,7 @@ def test_the_toy_is_tuned_with_accounted_tuning_within_its_claim(registered):
 
     from raco_bench.methods import get_method
     from raco_bench.methods.base import Budget
+    from raco_bench.privacy.counter_rng import Keystream
     from raco_bench.privacy.tuning_profile import ProfilePoints, hockey_stick, release_epsilon, run_pld
     from raco_bench.sweeps import accounted
     from raco_bench.sweeps.plan import make_trial
@@ -57,7 +58,7 @@ def test_the_toy_is_tuned_with_accounted_tuning_within_its_claim(registered):
 
     spec = SweepSpec(dataset="adult", epsilons=(2.0,), gammas=(0.05,), methods=(TOY,), tuning="accounted", checkpoint="private",
                      tuning_repeats=1, tuning_mean=3.0, max_steps=2000)
-    trials, refs = accounted.accounted_trials(spec, 28_829, lambda m, e, g, c, p, s: make_trial(spec, 1, m, e, g, c, p, s))
+    trials, refs = accounted.accounted_trials(spec, 28_829, lambda m, e, g, c, p, s: make_trial(spec, 1, m, e, g, c, p, s), Keystream.fresh())
     ref, plugin = refs[(TOY, 2.0)], get_method(TOY)
     assert ref.knob == "steps" and ref.epsilon_end_to_end <= 2.0 and trials
     p = ref.points

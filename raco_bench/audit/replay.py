@@ -10,7 +10,7 @@ reproducible words for the logged configuration, and compares: the statistic is
 positive when the released model w is closer to the D′ replay. Under ``randomness=reproducible`` the replay in
 the true world reproduces w exactly, so the worlds separate perfectly and the audited ε̂ is limited only by
 the number of runs: the printed ε does not hold against the logs. Under ``randomness=secret`` the run's words
-are AES-CTR under a key written nowhere, the replays draw other noise, and the statistic is one more
+are ChaCha20 under a key written nowhere, the replays draw other noise, and the statistic is one more
 test that ε bounds: ε̂ must stay at or below the claim (docs/audit.md, "The replay attack";
 docs/privacy.md, "Threat model").
 

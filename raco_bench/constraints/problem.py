@@ -135,6 +135,10 @@ class CompiledRates:
             n_classes=problem.partition.n_classes,
         )
 
+    def to(self, device: torch.device | str) -> "CompiledRates":
+        """These rates on ``device`` (a pack on a GPU computes an evaluation's metrics from counts read back to the host)."""
+        return CompiledRates(self.membership.to(device), self.weights.to(device), self.gamma.to(device), self.n_parts, self.n_classes)
+
     def histogram(self, probs: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
         """H[l, k] = Σ_{x in part l} probs[x, k] (eq. 8)."""
         H = probs.new_zeros(self.n_parts, self.n_classes)
@@ -153,19 +157,19 @@ class CompiledRates:
         rates = (self.membership @ H) / sizes[..., None]
         return rates.flatten(-2) @ self.weights.T
 
-    def dual_quantities(self, H: torch.Tensor, lam: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dual_quantities(self, H: torch.Tensor, lam: torch.Tensor, scale: float | torch.Tensor, host: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """From one (noisy) histogram: the part coefficients of the current λ times ``scale``, and Γ̂ (eq. 12).
 
         The fused form of :meth:`part_coefficients` and :meth:`values` that the training step uses;
         both share n̂ = max(1, M·rowsum(H)) (the row sums of M·H are M·rowsum(H)). These tensors are
         tiny (at most J × U × c per configuration), so on the CPU one compiled loop computes them on zero-copy
         numpy views (:meth:`dual_quantities_host`): torch's per-operation overhead would be most of the cost.
-        Other devices use torch.
+        Other devices use torch, and so does ``host=False`` (a pack step that must not leave the device's operations).
 
         A pack passes K stacked histograms (K × P × c), multipliers K × J and one scale per
         configuration (K); it gets coefficients K × P × c and Γ̂ K × J.
         """
-        if H.device.type == "cpu":
+        if host and H.device.type == "cpu":
             stacked = H.dim() == 3
             K = H.shape[0] if stacked else 1
             coef, estimates = self.dual_quantities_host(H.reshape(K, *H.shape[-2:]).contiguous().numpy(), lam.reshape(K, -1).to(H.dtype).contiguous().numpy(),

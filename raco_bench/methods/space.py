@@ -50,4 +50,9 @@ def sample_configs(method, n: int, n_train: int, seed: int, step_budget: str = "
     rng = np.random.default_rng(np.random.SeedSequence([seed, sum(map(ord, method.name))]))
     batch = getattr(method.Hyper(), "batch_size", None)  # full-batch methods have none
     default = {"batch_size": min(batch, max(1, n_train // 4))} if batch is not None else {}
-    return [default] + [{k: sample_value(space[k], rng) for k in sorted(space)} for _ in range(n - 1)]
+    return [default] + [sample_config(space, rng) for _ in range(n - 1)]
+
+
+def sample_config(space: dict, rng: np.random.Generator) -> dict:
+    """One configuration from ``space`` (a method's :meth:`~raco_bench.methods.base.Method.sweep_space`), drawn from ``rng``."""
+    return {k: sample_value(space[k], rng) for k in sorted(space)}

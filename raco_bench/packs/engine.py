@@ -9,6 +9,10 @@ configuration's parameters (``params(k)``) and its diagnostics (``report(k)``). 
 the engine's to say: :meth:`Engine.blocker` (why a run cannot join any pack) and :meth:`Engine.pack_key` (runs
 share a pack only with equal keys, beside the driver's own conditions: one method, one dataset, device, word
 source, constraint structure and evaluation splits).
+
+An engine whose class says ``runs_ahead`` takes ``ahead=`` (True, False, or None: by device) and can take its steps
+without reading anything back to the host between evaluations (docs/packs.md, "The GPU path"); it then holds them in
+``ahead`` (not None), and the driver calls :meth:`Engine.settle` before it reads anything of the state.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class Engine:
 
     state: Any
     steps: torch.Tensor
+    runs_ahead = False  # whether the constructor takes ahead=
+    ahead: Any = None  # the steps a device runs ahead on, where the engine takes them that way
 
     @classmethod
     def blocker(cls, run) -> str | None:
@@ -44,6 +50,10 @@ class Engine:
 
     def step(self) -> None:
         raise NotImplementedError
+
+    def settle(self) -> None:
+        """Called before the driver reads the state (an evaluation, a checkpoint, the end): an engine that runs ahead
+        completes what it deferred. Nothing to do by default."""
 
     def report(self, k: int) -> dict:
         return {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raco_bench.packs.draws import block_steps
+from raco_bench.packs.draws import BYTES_PER_WORD, ahead_steps, block_steps
 from raco_bench.privacy.counter_rng import poisson_width
 from raco_bench.training.evaluation import eval_rows as chunk_rows
 
@@ -22,6 +22,9 @@ WORKING_BYTES = 24 * 2**20  # what torch and the allocator keep once a pack has 
 STEP_ARRAYS = 6  # per-slot arrays of a chunk alive at once (constants, logits, probabilities, residual, coefficients, mask)
 FUSED_STEP_ARRAYS = 4  # with the compiled two-class passes (a CPU, at most two parts): the margin, τ·margin, p₀ and the residual
 CHUNK_CPU, CHUNK_GPU = 2**26, 2**30  # raco_bench.packs.tensors.chunk_budget
+GPU_WORKING_BYTES = 2**30  # NOT MEASURED (no GPU was lent): what torch's CUDA caching allocator keeps beyond the arrays
+# counted (its rounding of blocks, fragmentation, cuBLAS's workspace), taken large so that the model errs towards smaller packs
+FREE_SHARE_GPU = 0.8  # of the device's free memory, what a pack may take (NOT MEASURED: a margin for what the model misses)
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,16 @@ class PackMemory:
     state: int  # parameters, multipliers, settings and the noise draws held ahead (raco_bench.packs.draws)
     step: int  # one chunk's per-slot arrays (counted beside the evaluation's: measured, a pack's peak holds both, docs/packs.md)
     evaluation: int  # one chunk of a batched evaluation of the K models, and the validation logits private selection reads
-    history: int  # every configuration's recorded evaluations, kept until the pack ends
+    history: int  # every configuration's recorded evaluations, kept until the pack ends (on the host, also for a GPU pack)
 
     @property
     def total(self) -> int:
         return self.tables + self.state + self.step + self.evaluation + self.history
+
+    @property
+    def on_device(self) -> int:
+        """What a pack on a GPU holds in the device's memory: all but the history, which is the host's."""
+        return self.tables + self.state + self.step + self.evaluation
 
 
 def estimate(batches: list[float], evaluations: list[int], n_train: int, n_features: int, n_classes: int, n_parts: int, eval_rows: int,
@@ -52,6 +60,8 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     A step works on one chunk at a time, and a chunk holds configurations of similar batch size
     (:func:`raco_bench.packs.tensors.chunks`), so the step's arrays are those of the largest class of equal batch sizes
     (at most the chunk budget); every configuration's evaluations are kept until the pack ends."""
+    if gpu:
+        return _ahead_estimate(batches, evaluations, n_train, n_features, n_classes, n_parts, eval_rows, selection, batch_streams)
     c, d, K = n_classes, n_features, len(batches)
     per_slot = 4 * (c + 2 + n_parts) + 8  # float32 per-row arrays and an int64 row index per (configuration, slot)
     counts: dict[float, int] = {}
@@ -71,6 +81,29 @@ def estimate(batches: list[float], evaluations: list[int], n_train: int, n_featu
     evaluation = EVAL_BYTES_PER_ROW * chunk * c * K + (4 * eval_rows * c * K if selection else 0)
     return PackMemory(tables=tables, state=state, step=step, evaluation=evaluation,
                       history=HISTORY_ENTRY_BYTES * sum(evaluations))
+
+
+def _ahead_estimate(batches: list[float], evaluations: list[int], n_train: int, d: int, c: int, P: int, eval_rows: int, selection: bool,
+                    batch_streams: int | None) -> PackMemory:
+    """:func:`estimate` on a GPU, for the step a device runs ahead on (:class:`~raco_bench.methods.lagrangian.engine.
+    AheadSteps`): one pass over every configuration at the pack's widest padded width, with the rows copied out
+    (``GatheredRows``: 4·d bytes per configuration-slot), and batches and noise drawn a block of steps at a time
+    (:func:`~raco_bench.packs.draws.ahead_steps`: the blocks kept, plus the largest call's working memory). The counts
+    per element are the code's; :data:`GPU_WORKING_BYTES` is not measured."""
+    K = len(batches)
+    D = K if batch_streams is None else batch_streams
+    width = poisson_width(n_train, max(batches))
+    per_slot = 4 * d + STEP_ARRAYS * 4 * c + 4 * (c + 2 + P) + 8 + 1  # the row copied out, the per-row arrays, the mask
+    step = K * width * per_slot
+    gaussian, laplace = c * d + c, 2 * P * c  # words per configuration and step (a Laplace draw takes two)
+    L_g, L_l, L_b = ahead_steps(K, gaussian), ahead_steps(K, laplace), ahead_steps(D, width)
+    kept = 8 * K * (gaussian * L_g + P * c * L_l) + 17 * D * width * L_b  # float64 noise; rows (int64), valid and cut per slot
+    call = max(BYTES_PER_WORD * K * gaussian * L_g, BYTES_PER_WORD * K * laplace * L_l, (BYTES_PER_WORD + 24) * D * width * L_b)
+    state = 2 * K * (3 * 4 * (c * d + c) + 64 * 4) + kept + call  # the state and the one kept to take steps again from
+    tables = 4 * (c + 2 + P) * n_train + GPU_WORKING_BYTES
+    chunk = min(eval_rows, chunk_rows("cuda", K))
+    evaluation = EVAL_BYTES_PER_ROW * chunk * c * K + (4 * eval_rows * c * K if selection else 0)
+    return PackMemory(tables=tables, state=state, step=step, evaluation=evaluation, history=HISTORY_ENTRY_BYTES * sum(evaluations))
 
 
 def evaluations_of(steps: int, eval_every: int, selection_checkpoints: int = 0) -> int:
@@ -124,6 +157,34 @@ def largest_pack(limit: int, shape: DataShape, batch: float, evaluations: int, b
     def fits(k: int) -> bool:
         return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows,
                         selection=True).total <= budget
+
+    lo, hi = 1, max(1, limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def device_free_memory(device) -> int | None:
+    """The free memory of a CUDA ``device`` in bytes (``torch.cuda.mem_get_info``), None for any other device."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return int(torch.cuda.mem_get_info(device)[0])
+
+
+def largest_pack_on_device(limit: int, shape: "DataShape", batch: float, evaluations: int, free: int, batch_streams: int | None = None) -> int:
+    """The largest K ≤ ``limit`` whose GPU estimate (every configuration at expected batch ``batch``, ``evaluations``
+    evaluations, private selection: an upper bound) fits :data:`FREE_SHARE_GPU` of the device's ``free`` bytes, less
+    the dataset's tensors on the device (at least 1)."""
+    budget = FREE_SHARE_GPU * free - shape.dataset_bytes
+
+    def fits(k: int) -> bool:
+        streams = None if batch_streams is None else min(k, batch_streams)
+        return estimate([batch] * k, [evaluations] * k, shape.n_train, shape.n_features, shape.n_classes, shape.n_parts, shape.eval_rows,
+                        gpu=True, selection=True, batch_streams=streams).on_device <= budget
 
     lo, hi = 1, max(1, limit)
     while lo < hi:

@@ -11,19 +11,32 @@ A :class:`StepMechanism` says what one step releases and how its batches are dra
 :func:`separate_composition_epsilon` is what the reference implementation reports (separate
 composition, whatever the batch); the suite reports it beside the real ε, labelled as such.
 Adjacency is add/remove-one throughout (docs/methods/raco-dp.md, D16).
+
+dp-accounting is imported where a distribution is built, not with this module: a machine that trains from a benchmark
+kit (``raco-bench bench throughput --kit``: a GPU machine with torch alone) answers :func:`epsilon` and
+:func:`separate_composition_epsilon` from the values the accountant computed where the kit was written
+(:func:`carried`, :func:`recording`), and never composes anything itself.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
-
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+from typing import TYPE_CHECKING, Callable
 
 from raco_bench.privacy.joint_pld import shared_batch_pld
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+
+def _pld_lib():
+    from dp_accounting.pld import privacy_loss_distribution
+
+    return privacy_loss_distribution
 
 DISCRETIZATION = 1e-4
 HISTOGRAM_BATCH_MODES = ("shared", "independent")
@@ -48,7 +61,7 @@ class SelectionRelease:
 
 @lru_cache(maxsize=64)
 def selection_pld(selection: SelectionRelease) -> PrivacyLossDistribution:
-    return pld_lib.from_laplace_mechanism(selection.laplace_scale, value_discretization_interval=DISCRETIZATION).self_compose(selection.count)
+    return _pld_lib().from_laplace_mechanism(selection.laplace_scale, value_discretization_interval=DISCRETIZATION).self_compose(selection.count)
 
 
 @dataclass(frozen=True)
@@ -85,27 +98,28 @@ class StepMechanism:
         return self.histogram_sampling_rate or self.sampling_rate
 
 
-def _gaussian(sigma: float, q: float) -> PrivacyLossDistribution:
-    return pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=DISCRETIZATION)
+def _gaussian(sigma: float, q: float, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    return _pld_lib().from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=discretization)
 
 
-def _laplace(scale: float, q: float) -> PrivacyLossDistribution:
-    return pld_lib.from_laplace_mechanism(scale, sampling_prob=q, value_discretization_interval=DISCRETIZATION)
+def _laplace(scale: float, q: float, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    return _pld_lib().from_laplace_mechanism(scale, sampling_prob=q, value_discretization_interval=discretization)
 
 
 @lru_cache(maxsize=64)
-def step_pld(mech: StepMechanism) -> PrivacyLossDistribution:
-    """PLD of one step, exact for the sampling the trainer does."""
+def step_pld(mech: StepMechanism, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    """PLD of one step, exact for the sampling the trainer does (on the loss grid ``discretization``: the suite's for a
+    run; the store's ε takes a coarser one for a large store, :mod:`raco_bench.privacy.store`)."""
     if not mech.private:
         raise ValueError("a step without noise has no finite privacy loss distribution")
-    g, lap = mech.noise_multiplier, mech.laplace_scale
+    g, lap, d = mech.noise_multiplier, mech.laplace_scale, discretization
     if lap is None:
-        return _gaussian(g, mech.sampling_rate)
+        return _gaussian(g, mech.sampling_rate, d)
     if g is None:
-        return _laplace(lap, mech.hist_rate)
+        return _laplace(lap, mech.hist_rate, d)
     if mech.histogram_batch == "shared":
-        return shared_batch_pld(mech.sampling_rate, (g,), lap, DISCRETIZATION)
-    return _gaussian(g, mech.sampling_rate).compose(_laplace(lap, mech.hist_rate))
+        return shared_batch_pld(mech.sampling_rate, (g,), lap, d)
+    return _gaussian(g, mech.sampling_rate, d).compose(_laplace(lap, mech.hist_rate, d))
 
 
 @lru_cache(maxsize=64)
@@ -127,6 +141,52 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
+_carried: list[dict[str, float]] = []  # the answers carried from a machine with dp-accounting, while carried() holds them
+_recordings: list[dict[str, float]] = []  # the recordings open (recording())
+
+
+@contextmanager
+def carried(values: dict[str, float]):
+    """Inside the block, answer the calls of :func:`epsilon` and :func:`separate_composition_epsilon` that ``values``
+    holds (as :func:`recording` recorded them where dp-accounting computed them) from ``values``: a benchmark kit's runs
+    are prepared on a machine without dp-accounting (``raco-bench bench throughput --kit``). A call they do not hold is
+    computed, which needs dp-accounting. Outside the block nothing is answered from them."""
+    _carried.append(values)
+    try:
+        yield
+    finally:
+        _carried.remove(values)
+
+
+@contextmanager
+def recording():
+    """Record every answer of :func:`epsilon` and :func:`separate_composition_epsilon` given inside the block, keyed by
+    the call: what a kit carries to a machine without dp-accounting (:func:`carried`)."""
+    values: dict[str, float] = {}
+    _recordings.append(values)
+    try:
+        yield values
+    finally:
+        _recordings.remove(values)
+
+
+def _carried_or_computed(fn):
+    """``fn`` (a pure function of value objects, memoised) answered from the carried values where they hold the call,
+    every answer recorded into the open recordings."""
+    @functools.wraps(fn)
+    def answer(*args):
+        key = repr((fn.__name__, args))
+        known = next((values[key] for values in _carried if key in values), None)
+        value = known if known is not None else fn(*args)
+        for values in _recordings:
+            values[key] = value
+        return value
+
+    answer.cache_clear, answer.cache_info = fn.cache_clear, fn.cache_info
+    return answer
+
+
+@_carried_or_computed
 @lru_cache(maxsize=4096)  # a pure function of value objects: packs of one mechanism plan it once
 def epsilon(mech: StepMechanism, steps: int, delta: float, selection: SelectionRelease | None = None) -> float:
     """ε spent by ``steps`` steps of ``mech`` (and the private checkpoint selection, if any) at ``delta`` (∞ without noise)."""
@@ -138,6 +198,7 @@ def epsilon(mech: StepMechanism, steps: int, delta: float, selection: SelectionR
     return _epsilon(step_pld(mech), steps, delta, selection)
 
 
+@_carried_or_computed
 @lru_cache(maxsize=4096)  # a pure function of value objects: packs of one mechanism plan it once
 def separate_composition_epsilon(mech: StepMechanism, steps: int, delta: float) -> float | None:
     """The ε that composing the two subsampled mechanisms separately claims (what the reference
@@ -307,7 +368,7 @@ def plan_pld(plan: GaussianPlan, noise_multiplier: float) -> PrivacyLossDistribu
     if not noise_multiplier > 0:
         raise ValueError(f"noise multiplier must be > 0, got {noise_multiplier}")
     relation = NeighboringRelation.REPLACE_ONE if plan.relation == "replace" else NeighboringRelation.ADD_OR_REMOVE_ONE
-    step = pld_lib.from_gaussian_mechanism(
+    step = _pld_lib().from_gaussian_mechanism(
         noise_multiplier / math.sqrt(plan.blocks), sampling_prob=plan.sampling_rate,
         value_discretization_interval=DISCRETIZATION, neighboring_relation=relation,
     )
@@ -315,7 +376,7 @@ def plan_pld(plan: GaussianPlan, noise_multiplier: float) -> PrivacyLossDistribu
     if plan.count_noise is not None:
         # one unsubsampled Gaussian release, built with its true L2 shift (count_sensitivity) between neighbours;
         # without subsampling the PLD is symmetric, so it composes with the plan's relation as it is
-        counts = pld_lib.from_gaussian_mechanism(plan.count_noise, sensitivity=plan.count_sensitivity,
+        counts = _pld_lib().from_gaussian_mechanism(plan.count_noise, sensitivity=plan.count_sensitivity,
                                                  value_discretization_interval=DISCRETIZATION)
         pld = pld.compose(counts)
     if plan.selection is not None:

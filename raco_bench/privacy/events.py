@@ -121,24 +121,26 @@ def _rdp(event: ev.DpEvent, orders: tuple[float, ...]) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def pld(event: ev.DpEvent) -> PrivacyLossDistribution:
-    """The PLD of ``event`` (add/remove adjacency, the suite's discretisation), kept with its parts' for the next call."""
-    return build_pld(event, pld)
+def pld(event: ev.DpEvent, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
+    """The PLD of ``event`` (add/remove adjacency, on the loss grid ``discretization``: the suite's unless a caller asks for
+    a coarser one), kept with its parts' for the next call."""
+    return build_pld(event, lambda e: pld(e, discretization), discretization)
 
 
-def build_pld(event: ev.DpEvent, part) -> PrivacyLossDistribution:
+def build_pld(event: ev.DpEvent, part, discretization: float = DISCRETIZATION) -> PrivacyLossDistribution:
     """The PLD of ``event``, with each part of a composition from ``part`` (:func:`pld`, which keeps every PLD it builds; or
-    a builder that keeps none, for callers that probe many compositions)."""
+    a builder that keeps none, for callers that probe many compositions), on the loss grid ``discretization``."""
+    d = discretization
     if isinstance(event, ev.GaussianDpEvent):
-        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=DISCRETIZATION)
+        return pld_lib.from_gaussian_mechanism(event.noise_multiplier, value_discretization_interval=d)
     if isinstance(event, ev.LaplaceDpEvent):
-        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=DISCRETIZATION)
+        return pld_lib.from_laplace_mechanism(event.noise_multiplier, value_discretization_interval=d)
     if isinstance(event, ev.PoissonSampledDpEvent) and isinstance(event.event, (ev.GaussianDpEvent, ev.LaplaceDpEvent)):
         inner, q = event.event, event.sampling_probability
         gauss = isinstance(inner, ev.GaussianDpEvent)
-        return step_pld(StepMechanism(q, inner.noise_multiplier if gauss else None, None if gauss else inner.noise_multiplier))
+        return step_pld(StepMechanism(q, inner.noise_multiplier if gauss else None, None if gauss else inner.noise_multiplier), d)
     if isinstance(event, SharedBatchStepEvent):
-        return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale))
+        return step_pld(StepMechanism(event.sampling_probability, event.noise_multiplier, event.laplace_scale), d)
     if isinstance(event, ev.SelfComposedDpEvent):
         return part(event.event).self_compose(event.count)
     if isinstance(event, ev.ComposedDpEvent) and event.events:
@@ -150,8 +152,8 @@ def build_pld(event: ev.DpEvent, part) -> PrivacyLossDistribution:
                            + (" (a zCDP statement names no mechanism; convert it with the RDP curve)" if isinstance(event, ev.ZCDpEvent) else ""))
 
 
-def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld") -> float:
-    """ε of ``event`` at ``delta``: by its PLD ("pld") or by converting its RDP curve ("rdp")."""
+def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld", discretization: float = DISCRETIZATION) -> float:
+    """ε of ``event`` at ``delta``: by its PLD ("pld", on the loss grid ``discretization``) or by converting its RDP curve ("rdp")."""
     if isinstance(event, ev.NonPrivateDpEvent):
         return float("inf")
     if isinstance(event, ev.NoOpDpEvent):
@@ -160,4 +162,4 @@ def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld") -> float:
         return rdp_to_epsilon(ORDERS, rdp(event), delta)
     if accountant != "pld":
         raise ValueError(f"unknown accountant {accountant!r}: 'pld' or 'rdp'")
-    return float(pld(event).get_epsilon_for_delta(delta))
+    return float(pld(event, discretization).get_epsilon_for_delta(delta))

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
-from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 from scipy.special import log_ndtr, ndtr
+
+if TYPE_CHECKING:  # dp-accounting is imported where a distribution is built (raco_bench/privacy/accounting.py)
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 TAIL_Z = 8.5  # Gaussian quantile beyond which base-loss mass (< 1e-17) is left to +∞ / −∞
 
@@ -136,6 +139,8 @@ def _connect_dots(curve, lower: float, upper: float, discretization: float) -> p
     hi = max(math.ceil(upper / discretization), lo + 1)
     eps = np.arange(lo, hi + 1) * discretization
     deltas = np.minimum.accumulate(curve(eps))
+    from dp_accounting.pld import pld_pmf
+
     return pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(discretization, lo, hi, deltas)
 
 
@@ -159,4 +164,6 @@ def shared_batch_pld(
 
     remove = _connect_dots(lambda e: hockey_stick_remove(loss, q, e), subsampled(s_lo), subsampled(s_hi), discretization)
     add = _connect_dots(lambda e: hockey_stick_add(loss, q, e), -subsampled(s_hi), -subsampled(s_lo), discretization)
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
     return PrivacyLossDistribution(remove, add)

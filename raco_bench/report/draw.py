@@ -30,6 +30,7 @@ from raco_bench.report import figures
 from raco_bench.report.load import aggregate, health_labels
 from raco_bench.report.protocol import protocol_kind, protocol_note
 from raco_bench.report.references import axis_quantities, on_axis
+from raco_bench.report.repeats import FOLDED_NOTE, over_repeats
 from raco_bench.report.satisfaction import satisfaction_rows
 from raco_bench.report.series import label_series
 from raco_bench.report.spending import capped_text, spending_table
@@ -108,6 +109,7 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
     """Every figure and table of the module docstring for ``study``, written into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     rows, selections = labelled(study)
+    selections = [{**s, "repeat": study.repeat_of.get(s.get("sweep_id", ""), 0)} for s in selections]  # a cell's repeats are one point
     drawn = Drawn(rows=rows, selections=selections)
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     fam = study.family
@@ -154,7 +156,11 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
         sat.to_csv(out / "satisfaction.csv", index=False)
         (out / "satisfaction.tex").write_text(satisfaction_latex(sat, f"{dataset}, {constraint}"))
         drawn.files += [out / "satisfaction.csv", out / "satisfaction.tex"]
-        drawn.files += figures.satisfaction_figure(sat, rows, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + note)
+        shown, folded = over_repeats(sat.assign(repeat=sat["sweep_id"].map(lambda i: study.repeat_of.get(i, 0))), ["method", "epsilon", "gamma"],
+                                     ["test_max_constraint", "test_error", "share_meeting", "steps", "epsilon_spent"])
+        drawn.files += figures.satisfaction_figure(shown, rows, out, "satisfaction", f"{dataset}, {constraint}: constraint satisfaction" + note)
+        if folded:
+            drawn.notes.append(FOLDED_NOTE.format(n=folded))
         drawn.spending = spending_table(sat, rows)
         drawn.spending.to_csv(out / "spending.csv", index=False)
         drawn.files.append(out / "spending.csv")

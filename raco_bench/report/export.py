@@ -3,6 +3,7 @@ that a results page depends on. Everything a page draws is in the part; the page
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -66,4 +67,20 @@ def export_part(uri: str, experiment: str, sweep_id: str | None = None) -> Part:
     tags = first.data.tags if first is not None else {}
     seconds = max((float(r.data.metrics.get("seconds", 0.0)) for r in parents.values()), default=0.0)
     return Part(sweep_id, experiment, df, {k: str(v) for k, v in params.items() if k.startswith("sweep.")},
-                {k: tags[k] for k in PROVENANCE if k in tags}, seconds or None, selections, dict(df.attrs.get("skipped", {})))
+                {k: tags[k] for k in PROVENANCE if k in tags}, seconds or None, selections, dict(df.attrs.get("skipped", {})),
+                store_figures(uri, experiment_id(uri, experiment), sweep_id, parents))
+
+
+def store_figures(uri: str, exp_id: str, sweep_id: str, parents: dict[int, object]) -> dict[str, dict]:
+    """Per dataset, the store's ε of the sweep's runs (:func:`raco_bench.sweeps.store_privacy.store_summary`): the record
+    its finishing phase parent holds, or, for a sweep that recorded none with these figures (older, or interrupted), the
+    figures computed now from its rows."""
+    from raco_bench.sweeps.results import read_results
+    from raco_bench.sweeps.store_privacy import STORE_ARTIFACT, store_summary, sweep_store_epsilon
+
+    parent = parents.get(2) or parents.get(1)
+    record = _artifact(uri, parent, STORE_ARTIFACT) if parent is not None else None
+    if record and all("private_only" in f and "end_to_end" in f for f in record.values()):
+        return {d: store_summary(f) for d, f in record.items()}
+    figures = sweep_store_epsilon(read_results(uri, exp_id, sweep_id))
+    return {d: store_summary({**dataclasses.asdict(f), "end_to_end": f.end_to_end}) for d, f in figures.items()}

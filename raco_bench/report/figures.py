@@ -99,7 +99,7 @@ def privacy_caption(df: pd.DataFrame) -> str:
         tuning = (f"Hyperparameter tuning IS privacy-accounted: each private method's point is the model released by a private "
                   f"{accounted['tuning_note'].iloc[0]} (non-private methods are searched the same way, spending nothing); ε is that model's "
                   f"end-to-end ε by privacy profiles, tuning included (spent: {', '.join(f'{e:g}' for e in ends)}). The claim is per released model: "
-                  "the figure shows several repetitions and budgets, which together spend more.")
+                  "the figure shows several repetitions and budgets, which together spend more." + _joint_releases(accounted))
     else:
         tuning = "Hyperparameter tuning is not privacy-accounted."
     a_only = " A-only DP protects only the group (x and y public): NOT comparable with record DP." if any("A-only" in n for n in notions) else ""
@@ -108,6 +108,23 @@ def privacy_caption(df: pd.DataFrame) -> str:
              f"{which}. " + tuning]
     lines += [f"OUTSIDE THE BUDGET: {o}" for o in outside]
     return "\n".join(lines)
+
+
+def _joint_releases(accounted: pd.DataFrame) -> str:
+    """The caption's sentence on private methods trained without γ (their searches' runs have no γ) whose released models
+    stand at several γ: each repetition selects them from the same runs, one joint release that no printed ε covers."""
+    if "phase" not in accounted or "epsilon" not in accounted:
+        return ""
+    joint = []
+    eps, gamma = pd.to_numeric(accounted["epsilon"], errors="coerce"), pd.to_numeric(accounted["gamma"], errors="coerce")
+    for method, rows in accounted[np.isfinite(eps)].groupby("method"):  # private methods (a non-private one spends nothing)
+        trained, released = gamma[rows.index[rows["phase"] == 1]], gamma[rows.index[rows["phase"] == 2]]
+        if len(trained) and (trained.isna() | (trained < 0)).all() and released[released >= 0].nunique() > 1:  # γ-free: NaN (or -1)
+            joint.append(str(method))
+    if not joint:
+        return ""
+    return (f" {', '.join(joint)} {'is' if len(joint) == 1 else 'are'} trained without γ: each repetition selects its models at every γ from "
+            "the same runs, so those points together are one joint release that no stated ε covers (each alone is covered).")
 
 
 def caption(fig, text: str, y: float) -> None:

@@ -6,7 +6,8 @@ is left as its authors wrote it. The blocks:
 
 * ``studies``: the index of the pages, each study's ε, γ, methods, protocol and the wall time of its parts;
 * ``verdicts``: per study with repeats, each paired comparison of its ``paired.csv`` (:mod:`raco_bench.report.repeats`)
-  with the cell means of ``repeats.csv`` beside it: the verdict tables the claims cite;
+  with the cell means of ``repeats.csv`` beside it: the verdict tables the claims cite; ``verdicts PAGE`` and
+  ``repeats PAGE``: one page's comparisons, or its cells over repeats, where a claim's section cites them;
 * ``results paragraph``: the project README's summary, sentences built from the same verdicts.
 
 Prose may cite a table, but not carry a number of its own: :func:`unsupported_numbers` lists every decimal number of
@@ -82,31 +83,60 @@ def repeat_pages(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/paired.csv"))
 
 
-def verdict_table(root: Path) -> str:
-    """The ``verdicts`` block: for every page with repeats, its comparisons with both cells' means and intervals."""
+def _page_verdicts(page: Path) -> str:
+    """One page's paired comparisons with both cells' means and intervals (empty when it has none)."""
     from raco_bench.report.intervals import Interval
 
+    if not (page / "paired.csv").is_file():
+        return ""
+    paired = pd.read_csv(page / "paired.csv")
+    cells = pd.read_csv(page / "repeats.csv")
+    if paired.empty:
+        return ""
+    cell = {(r["method"], float(r["epsilon"]), round(float(r["gamma"]), 6)): r for _, r in cells.iterrows()}
+    text = lambda r, c, d=4: "" if r is None else Interval(r[c], r[f"{c}_low"], r[f"{c}_high"], 0).text(d)  # noqa: E731
+    rows = []
+    for _, p in paired.iterrows():
+        against = str(p["against"]).removesuffix(" (non-private)")
+        gamma = round(float(p["gamma"]), 6)
+        mine = cell.get((p["method"], float(p["epsilon"]), gamma))
+        other = cell.get((against, float(p["epsilon"]), gamma))
+        other = other if other is not None else cell.get((against, math.inf, gamma))
+        rows.append({"method": p["method"], "against": p["against"], "ε": _eps(float(p["epsilon"])), "γ": f"{float(p['gamma']):g}",
+                     "repeats": int(p["repeats_paired"]), "method's test error": text(mine, "test_error"), "other's test error": text(other, "test_error"),
+                     "difference [95 % CI]": Interval(p["test_error_difference"], p["test_error_difference_low"], p["test_error_difference_high"], 0).text(4),
+                     "verdict (error)": p["error_verdict"], "verdict (share meeting γ)": p["share_verdict"]})
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def _page_cells(page: Path) -> str:
+    """One page's cells over repeats (its ``repeats.csv`` as the page shows it)."""
+    from raco_bench.report.repeats import repeats_markdown
+
+    if not (page / "repeats.csv").is_file():
+        return ""
+    return repeats_markdown(pd.read_csv(page / "repeats.csv"))
+
+
+def verdict_table(root: Path) -> str:
+    """The ``verdicts`` block: for every page with repeats, its comparisons with both cells' means and intervals."""
     lines: list[str] = []
     for page in repeat_pages(root):
-        paired = pd.read_csv(page / "paired.csv")
-        cells = pd.read_csv(page / "repeats.csv")
-        if paired.empty:
-            continue
-        cell = {(r["method"], float(r["epsilon"]), round(float(r["gamma"]), 6)): r for _, r in cells.iterrows()}
-        rows = []
-        for _, p in paired.iterrows():
-            against = str(p["against"]).removesuffix(" (non-private)")
-            mine = cell.get((p["method"], float(p["epsilon"]), round(float(p["gamma"]), 6)))
-            other = cell.get((against, float(p["epsilon"]), round(float(p["gamma"]), 6))) or cell.get((against, math.inf, round(float(p["gamma"]), 6)))
-            text = lambda r, c, d=4: "" if r is None else Interval(r[c], r[f"{c}_low"], r[f"{c}_high"], 0).text(d)  # noqa: E731
-            rows.append({"method": p["method"], "against": p["against"], "ε": _eps(float(p["epsilon"])), "γ": f"{float(p['gamma']):g}",
-                         "repeats": int(p["repeats_paired"]), "method's test error": text(mine, "test_error"),
-                         "other's test error": text(other, "test_error"),
-                         "difference [95 % CI]": Interval(p["test_error_difference"], p["test_error_difference_low"],
-                                                          p["test_error_difference_high"], 0).text(4),
-                         "verdict (error)": p["error_verdict"], "verdict (share meeting γ)": p["share_verdict"]})
-        lines += [f"#### {_study_title(page)} ([page]({page.name}/README.md))", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+        table = _page_verdicts(page)
+        if table:
+            lines += [f"#### {_study_title(page)} ([page]({page.name}/README.md))", "", table, ""]
     return "\n".join(lines) if lines else "No study here has repeats yet: no verdict is drawn from one search."
+
+
+def page_block(root: Path, name: str) -> str | None:
+    """The content of block ``verdicts PAGE`` or ``repeats PAGE`` (one page's table), None for another name."""
+    kind, _, page = name.partition(" ")
+    if kind not in ("verdicts", "repeats") or not page:
+        return None
+    folder = root / page
+    table = (_page_verdicts if kind == "verdicts" else _page_cells)(folder) if folder.is_dir() else ""
+    what = "paired comparisons" if kind == "verdicts" else "cells run in several repeats"
+    return table or f"[{page}]({page}/README.md) has no {what} yet."
 
 
 def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]]]:
@@ -136,20 +166,22 @@ def results_paragraph(root: Path) -> str:
 
 
 def write_overview(root: Path, project_readme: Path | None = None) -> list[Path]:
-    """Fill the generated blocks of ``root/README.md`` and ``project_readme`` (each only where it has the block)."""
+    """Fill the generated blocks of ``root/README.md`` (``studies``, ``verdicts``, and ``verdicts PAGE`` / ``repeats PAGE``
+    for one page) and of ``project_readme`` (``results paragraph``), each only where the file has it."""
+    makers = {STUDIES: studies_table, VERDICTS: verdict_table, PARAGRAPH: results_paragraph}
     written = []
-    targets = [(root / "README.md", STUDIES, studies_table), (root / "README.md", VERDICTS, verdict_table),
-               (project_readme, PARAGRAPH, results_paragraph)]
-    for path, name, make in targets:
+    for path in (root / "README.md", project_readme):
         if path is None or not path.is_file():
             continue
-        text = path.read_text()
-        if BEGIN.format(name=name) not in text:
-            continue
-        new = replace_block(text, name, make(root))
+        text = new = path.read_text()
+        for name in re.findall(r"<!-- generated by raco-bench results: (.+?) -->", text):
+            content = makers[name](root) if name in makers else page_block(root, name)
+            if content is not None:
+                new = replace_block(new, name, content)
         if new != text:
             path.write_text(new)
-        written.append(path)
+        if BEGIN.format(name="").split(":")[0] in text:
+            written.append(path)
     return sorted(set(written))
 
 

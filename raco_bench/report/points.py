@@ -14,7 +14,8 @@ from raco_bench.report.satisfaction import same_number
 def selected_points(agg: pd.DataFrame, selections: list[dict] | None) -> pd.DataFrame:
     """The phase-2 rows of ``agg`` (:func:`raco_bench.report.load.aggregate`) that a selection names, each with the γ it
     was selected for in ``selected_gamma``. Without selections (a store that logged none), every phase-2 row at its own
-    γ (NaN for a γ-free method)."""
+    γ (NaN for a γ-free method). A cell whose selections come from several repeats of the protocol (a selection's
+    ``repeat``) is one point, the mean over them with the 95 % interval as its spread (:func:`raco_bench.report.repeats.over_repeats`)."""
     phase2 = agg[agg["phase"] == 2]
     own = phase2["gamma"].astype(float).where(phase2["gamma"].astype(float) >= 0)
     if not selections:
@@ -29,5 +30,10 @@ def selected_points(agg: pd.DataFrame, selections: list[dict] | None) -> pd.Data
         if "sweep_id" in sel and "sweep_id" in phase2:
             mask &= (phase2["sweep_id"] == sel["sweep_id"]).to_numpy()
         if mask.any():
-            frames.append(phase2[mask].assign(selected_gamma=float(sel["gamma"])))
-    return pd.concat(frames, ignore_index=True) if frames else phase2.iloc[:0].assign(selected_gamma=np.nan)
+            frames.append(phase2[mask].assign(selected_gamma=float(sel["gamma"]), repeat=int(sel.get("repeat", 0))))
+    if not frames:
+        return phase2.iloc[:0].assign(selected_gamma=np.nan)
+    from raco_bench.report.repeats import over_repeats
+
+    values = [c for c in phase2.columns if not c.endswith("_sd") and c + "_sd" in phase2.columns]
+    return over_repeats(pd.concat(frames, ignore_index=True), ["method", "epsilon", "selected_gamma"], values)[0]

@@ -130,6 +130,43 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=PAIRED_COLUMNS)
 
 
+SPREAD = "_sd"  # a figure's bar column beside each value column
+
+
+def over_repeats(frame: pd.DataFrame, keys: list[str], values: list[str]) -> tuple[pd.DataFrame, int]:
+    """What a figure draws where a cell ran in several repeats: one row per ``keys`` (a cell) holding, for each column of
+    ``values``, the mean over its repeats' rows and, in ``<column>_sd``, the half-width of the 95 % t interval over them
+    (a cell of one repeat keeps its row, and its bars: the spread over its seeds). ``frame`` has a ``repeat`` column;
+    returns the frame and how many cells were folded."""
+    if "repeat" not in frame or frame.empty:
+        return frame, 0
+    rows, folded = [], 0
+    for _, cell in frame.groupby(keys, dropna=False, sort=False):
+        if cell["repeat"].nunique() < 2:
+            rows.append(cell)
+            continue
+        folded += 1
+        first = cell.iloc[[0]].copy()
+        for col in values:
+            interval = t_interval(cell[col].astype(float).tolist())
+            first[col] = interval.estimate
+            if col + SPREAD in first:
+                first[col + SPREAD] = interval.estimate - interval.low
+        for flag in ("capped",):
+            if flag in first:
+                first[flag] = bool(cell[flag].any())
+        if "health" in first:
+            flagged = [h for h in cell["health"].astype(str) if h not in ("ok", "")]
+            first["health"] = flagged[0] if flagged else "ok"
+        first["repeats"] = cell["repeat"].nunique()
+        rows.append(first)
+    return pd.concat(rows, ignore_index=True), folded
+
+
+FOLDED_NOTE = ("{n} cell(s) ran in several repeats of the protocol: each is drawn as one point, the mean over its repeats, whose bars are "
+               "the 95 % t interval over the repeats (not the spread over one repeat's seeds; repeats.csv)")
+
+
 def _interval_text(row, column: str, digits: int = 4) -> str:
     return Interval(row[column], row[f"{column}_low"], row[f"{column}_high"], 0).text(digits)
 

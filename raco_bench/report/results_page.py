@@ -3,7 +3,7 @@
 The page is its study's data (``parts/``, :mod:`raco_bench.report.study`) and what :func:`build_page` draws from it:
 the figures (PNG, and PDF beside them), ``satisfaction.csv``/``.tex``, ``spending.csv``, ``phase2_runs.csv`` (every
 reported run; for an accounted sweep, its released models) and a ``README.md`` with each part's command, hardware,
-suite version, wall time and protocol (:mod:`raco_bench.report.protocol`), the bytes of the study's data, the
+suite version, wall time, protocol (:mod:`raco_bench.report.protocol`) and store's ε, the bytes of the study's data, the
 selected models on test, their T and ε spent, the published points overlaid and, when the page holds a
 ``walltime.csv`` that covers its dataset, the wall-time table. ``raco-bench report --results`` writes the part
 and then builds the page; ``raco-bench results`` rebuilds it from the files alone.
@@ -57,10 +57,33 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
               f"**pipeline:** {'; '.join(pipelines) or 'default (public preprocessing, last iterate, nothing outside the budget)'}",
               f"- **Data:** {len(mine)} configurations trained ({int((mine['phase'] == 2).sum())} reported runs); "
               f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
-              f"{part_bytes(page, part.sweep_id):,} bytes", ""]
+              f"{part_bytes(page, part.sweep_id):,} bytes", *store_lines(part), ""]
     if part.params.get("sweep.schema"):  # a dataset of the user's own: which files, and their digest (docs/datasets.md)
         lines.insert(-1, f"- **Dataset files:** schema `{part.params['sweep.schema']}`, table `{part.params.get('sweep.data') or 'the one it names'}` "
                          f"(sha256 of both: `{part.params.get('sweep.files_digest', 'not recorded')}`)")
+    return lines
+
+
+def _figure(value) -> str:
+    return "not computed" if value is None else "∞" if value == math.inf else f"{value:.4g}"
+
+
+def store_lines(part: Part) -> list[str]:
+    """What a reader of every run the part's sweep holds gets (docs/privacy.md, "The store's ε"), per dataset."""
+    if not part.store_epsilon:
+        return ["- **The store's ε:** not in this part (written before the suite stated it); `raco-bench report --results` "
+                "writes it again with it"]
+    lines = []
+    for dataset, f in sorted(part.store_epsilon.items()):
+        text = (f"- **The store's ε** (a reader of all {f['runs']} runs this sweep trained on {dataset}, at δ = {f['delta']:g}): "
+                f"{_figure(f['epsilon'])}")
+        if f["without_claim"]:
+            text += (f", {f['without_claim']} runs having no record-level claim; **private runs only** (the other "
+                     f"{f['runs'] - f['without_claim']}): {_figure(f['private_only'])}")
+        text += (f"; had every run drawn its own batches: {_figure(f['own_batches'])}; largest per-run ε: {_figure(f['largest_run'])}; "
+                 + ("**end to end**" if f["end_to_end"] else "**not end to end**"
+                    + (f" (outside the budget, as the runs list it: {'; '.join(f['outside_budget'])})" if f["outside_budget"] else "")))
+        lines.append(text)
     return lines
 
 

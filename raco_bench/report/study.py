@@ -2,7 +2,8 @@
 
 A part is what one sweep contributes to a results page: its trained configurations' rows (phase 1 and phase 2, the
 columns of :func:`raco_bench.sweeps.results.columns`), the sweep's spec params (``sweep.*``), its provenance (command,
-hardware, version), its wall time, its selections and its skipped counts. In a study folder ``STUDY/`` it is two files:
+hardware, version), its wall time, its selections, its skipped counts and the store's ε of its runs (docs/privacy.md,
+"The store's ε"). In a study folder ``STUDY/`` it is two files:
 
 * ``parts/<sweep_id>.csv.gz``: the rows, less :data:`DROPPED` (MLflow keys and timings no page reads) and less the
   columns that are constant within the part; floats written with 6 significant digits; gzip without a timestamp, so
@@ -31,7 +32,8 @@ from raco_bench.sweeps.results import INTEGER, TEXT_DEFAULTS, columns
 
 FORMAT = 1  # the part files' layout; a reader refuses another
 PARTS = "parts"
-DROPPED = ("trial_key", "run_id", "pack_run_id", "start_time", "calibrated", "ms_per_step")  # keys into a store, timings: not a page's
+DROPPED = ("trial_key", "run_id", "pack_run_id", "start_time", "calibrated", "ms_per_step", "batch_stream",
+           "key_id")  # keys into a store, timings: not a page's
 DIGITS = 6  # significant digits of the floats written
 SELECTION_KEYS = ("method", "epsilon", "gamma", "config_id", "feasible_configs", "failed_configs", "params")  # the rest: from the rows
 
@@ -48,6 +50,7 @@ class Part:
     wall_seconds: float | None = None
     selections: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    store_epsilon: dict[str, dict] = field(default_factory=dict)  # per dataset: the store's ε figures (export.store_figures)
     columns: tuple[str, ...] | None = None  # a part read from its files: the columns they hold (None: exported from MLflow)
 
     @property
@@ -98,7 +101,8 @@ def normalise(rows: pd.DataFrame) -> pd.DataFrame:
     for col in INTEGER:
         out[col] = out[col].astype(int)
     for col, default in TEXT_DEFAULTS.items():
-        out[col] = out[col].where(out[col].notna(), default).astype(str)
+        if col in out:
+            out[col] = out[col].where(out[col].notna(), default).astype(str)
     return out.reset_index(drop=True)
 
 
@@ -128,6 +132,9 @@ def write_part(folder: Path, part: Part) -> list[Path]:
             "selections": [{k: _plain(v) if not isinstance(v, (dict, list)) else v for k, v in s.items() if k in SELECTION_KEYS}
                            for s in part.selections],
             "skipped": dict(sorted(part.skipped.items()))}
+    if part.store_epsilon:  # a part written before the store's ε keeps its bytes
+        meta["store_epsilon"] = {d: {k: _plain(v) if not isinstance(v, list) else v for k, v in sorted(f.items())}
+                                 for d, f in sorted(part.store_epsilon.items())}
     meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return [table_path, meta_path]
 
@@ -146,7 +153,7 @@ def read_part(meta_path: Path) -> Part:
     if len(rows) != meta["rows"]:
         raise ReportError(f"{table_path}: {len(rows)} rows, its metadata says {meta['rows']}")
     return Part(meta["sweep_id"], meta["experiment"], normalise(rows), meta["params"], meta["provenance"], meta["wall_seconds"],
-                meta["selections"], meta["skipped"], tuple(rows.columns))
+                meta["selections"], meta["skipped"], meta.get("store_epsilon", {}), tuple(rows.columns))  # a part written before the store's ε has none
 
 
 def has_parts(folder: Path) -> bool:

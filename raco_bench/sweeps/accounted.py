@@ -4,8 +4,7 @@
 For each (method, ε, γ) and each of R independent repetitions, the sweep:
 
 1. draws the number of configurations K from its distribution (a truncated negative binomial of shape η and
-   mean E[K], or a Poisson of mean E[K] when η = inf; :class:`raco_bench.privacy.rounds.Rounds`), from a seed
-   fixed before any data is read;
+   mean E[K], or a Poisson of mean E[K] when η = inf; :class:`raco_bench.privacy.rounds.Rounds`);
 2. draws K configurations independently from the method's search space (the defaults are not
    favoured: every run is an independent copy of the same randomised algorithm);
 3. trains each once with private checkpoint selection: each run releases its model and the noisy
@@ -26,6 +25,16 @@ reference's (:func:`dominated`), so the released model's end-to-end ε is at mos
 every run, the sweep and the figures state. Beside it the sweep states Papernot & Steinke's RDP theorem on the
 reference run (Theorem 2, Theorem 6 for a Poisson K), the reference figure the profile bound is compared with.
 
+K and the configurations are secret: the bound holds for a reader who sees the released run only, and a reader who
+knows K (or the released run's position in the search, which bounds it) reads a release of a known number of runs,
+which spends far more (issue 45's review: ε = 2.47 at a printed 1.00 with K known). So both are drawn from the sweep's
+word source (:func:`draw_search`: the counter generator's purpose ``SEARCH`` in a stream of the search's own, AES-256-CTR
+under the sweep's secret key), and a run is known by a keyed random ``config_id`` and ``seed``, never by its position;
+no run, table row or release record states K. Under ``randomness=reproducible`` anyone who reads the logged search seed
+regenerates K and the configurations, and every private run lists that outside the budget (:data:`REPRODUCIBLE_SEARCH_NOTE`).
+A resume under another key (no ``--key-file``) draws another search: the runs of the earlier key are deleted first
+(:func:`raco_bench.tracking.drop_other_keys`, called by the sweep's runner).
+
 The methods: every private method whose claim is record-level (its events have a PLD); a method whose claim is of
 another kind (PF-LD, the sensitive-attribute modes) is refused with the reason. The core code here names no method:
 it asks each for its knob and its events.
@@ -39,11 +48,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
-from raco_bench.methods.space import sample_configs
-from raco_bench.privacy import events
+from raco_bench.methods.space import sample_config, sample_configs
+from raco_bench.privacy import counter_rng, events
+from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.privacy.rdp import ORDERS, RdpCurve
 from raco_bench.privacy.tuning import repeat_and_select
 from raco_bench.privacy.tuning_profile import ProfilePoints, covered, search_epsilon
@@ -52,7 +63,11 @@ from raco_bench.sweeps.calibration import apply_calibrated
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
-REPEAT_STRIDE = 100_000  # config_id = repeat · REPEAT_STRIDE + index: unique per (method, ε, γ)
+SEARCH_IDS = 1 << 31  # a run's config_id and seed: keyed random numbers below this, never its position in the search
+STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a reader of the released model only; this store also holds "
+              "K and every candidate run of the search")
+REPRODUCIBLE_SEARCH_NOTE = ("K and the configurations can be regenerated from the logged seed (randomness=reproducible): the end-to-end "
+                            "epsilon holds only if the seed is secret")
 
 
 def _budget(spec, epsilon: float) -> Budget:
@@ -144,10 +159,6 @@ class Reference:
     epsilon_rdp: float  # Papernot & Steinke's theorem on the reference run's RDP curve: the reference figure beside it
 
 
-def _seed(*parts) -> int:
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little")
-
-
 def reference(spec, method_name: str, epsilon: float, n_train: int) -> Reference:
     """The default configuration at the knob value that spends the most while the release of the best of K runs like it
     stays within ``epsilon`` end to end by (1), the pair of profile points that gives that bound, and the RDP figure."""
@@ -174,9 +185,53 @@ def dominated(family: RunFamily, ref: Reference) -> float | None:
     return family.most_within(lambda event: covered(event, ref.points))
 
 
-def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
+@dataclass(frozen=True)
+class Search:
+    """One private random search's secret draws: its K runs, each as (config_id, seed, params), the id and seed keyed
+    random numbers (below SEARCH_IDS) that say nothing of the run's position or of K."""
+
+    runs: tuple[tuple[int, int, dict], ...]
+
+
+def search_stream(spec, method_name: str, epsilon: float | None, gamma: float | None, repeat: int) -> int:
+    """The stream id of one search (a signed 64-bit hash of the sweep's search seed, the cell and the repetition): public,
+    like a run's; what keeps the draws secret is the word source."""
+    digest = hashlib.sha256(repr(("accounted search", spec.search_seed, method_name, epsilon, gamma, repeat)).encode()).digest()
+    return int.from_bytes(digest[:8], "little", signed=True)
+
+
+def _words(source: Keystream, stream: int, index: int, count: int) -> list[int]:
+    """Words 0 … count−1 of the stream (stream, step ``index``, purpose SEARCH), as unsigned 64-bit integers."""
+    keys = counter_rng.stream_keys(torch.tensor([stream], dtype=torch.int64), index, counter_rng.SEARCH, source)
+    return [w & 0xFFFFFFFFFFFFFFFF for w in counter_rng.words(keys, 0, count)[0].tolist()]
+
+
+def draw_search(spec, method, n_train: int, stream: int, source: Keystream) -> Search:
+    """K from step 0 of the search's stream (256 words' bits seed the sampler of :meth:`Rounds.sample`), and run i's
+    configuration from step i + 1 (words 0–3 seed its draw from the method's space, words 4 and 5 are its config_id
+    and seed): a pure function of (stream, purpose, index) in ``source``, so a resume under the same key draws the same
+    search, and run i's draws do not depend on K."""
+    K = spec.rounds.sample(np.random.default_rng(_words(source, stream, 0, 4)))
+    space = method.sweep_space(n_train, spec.step_budget, spec.max_steps)
+    runs = []
+    for i in range(K):
+        w = _words(source, stream, i + 1, 6)
+        runs.append((w[4] % SEARCH_IDS, w[5] % SEARCH_IDS, sample_config(space, np.random.default_rng(w[:4]))))
+    return Search(tuple(runs))
+
+
+def _check_source(spec, source: Keystream) -> None:
+    if source.mode != spec.randomness:
+        raise ValueError(f"accounted tuning draws K and the configurations from the sweep's word source: randomness={spec.randomness} "
+                         f"needs {'the sweep secret key' if spec.randomness == 'secret' else 'the reproducible generator'}, got a "
+                         f"{source.mode} one")
+
+
+def accounted_trials(spec, n_train: int, make_trial, source: Keystream) -> tuple[list[dict], dict]:
     """Every run of the accounted search, as trials (``make_trial(method, ε, γ, config_id, params, seed)``), and the references
-    by (method, ε). Non-private methods are searched the same way (their tuning costs no privacy)."""
+    by (method, ε). K and the configurations are drawn from ``source``, the sweep's word source (:func:`draw_search`).
+    Non-private methods are searched the same way (their tuning costs no privacy)."""
+    _check_source(spec, source)
     trials, refs = [], {}
     rounds = spec.rounds
     note = (f"random search over {rounds.describe()} configurations, the best noisy validation score released; "
@@ -188,17 +243,16 @@ def accounted_trials(spec, n_train: int, make_trial) -> tuple[list[dict], dict]:
         method = get_method(method_name)
         epsilons = list(spec.epsilons) if method.private else [None]
         gammas = list(spec.gammas) if method.gamma_is_input else [None]
+        outside = [STORE_NOTE] + ([REPRODUCIBLE_SEARCH_NOTE] if method.private and source.secret is None else [])
         for eps in epsilons:
             ref = reference(spec, method_name, eps, n_train) if eps is not None else None
             refs[(method_name, eps)] = ref
             for gamma in gammas:
                 for r in range(spec.tuning_repeats):
-                    rng = np.random.default_rng(_seed(spec.search_seed, method_name, eps, gamma, r))
-                    K = rounds.sample(rng)
-                    configs = sample_configs(method, K + 1, n_train, _seed(spec.search_seed, method_name, eps, gamma, r, "configs"))[1:]
-                    for i, params in enumerate(configs):
-                        t = make_trial(method_name, eps, gamma, r * REPEAT_STRIDE + i, params, r * REPEAT_STRIDE + i)
-                        t.update(repeat=r, tuning="accounted", tuning_runs=K, tuning_note=note)
+                    search = draw_search(spec, method, n_train, search_stream(spec, method_name, eps, gamma, r), source)
+                    for config_id, seed, params in search.runs:
+                        t = make_trial(method_name, eps, gamma, config_id, params, seed)
+                        t.update(repeat=r, tuning="accounted", tuning_note=note, tuning_outside_budget=list(outside))
                         if ref is not None:
                             _fix(t, RunFamily.of(method, params, n_train, _budget(spec, eps)), ref)
                         trials.append(t)
@@ -218,18 +272,24 @@ def _fix(trial: Trial, family: RunFamily, ref: Reference) -> None:
 
 @dataclass(frozen=True)
 class Release:
-    """What one repetition of the accounted search releases for (method, ε, γ)."""
+    """What one repetition of the accounted search releases for (method, ε, γ). It states neither K nor the released run's
+    position in the search: the claim holds for a reader who knows neither (the module's docstring)."""
 
     method: str
     epsilon: float | None
     gamma: float
     repeat: int
-    runs: int  # K
     trial_key: str | None  # the released run; None when no run's noisy validation constraints held
-    config_id: int | None
     val_accuracy: float | None  # the selection score: noisy for a private method, exact for a non-private one
     epsilon_end_to_end: float | None  # the claim, by privacy profiles
     epsilon_end_to_end_rdp: float | None = None  # the RDP theorem's figure for the same reference
+    # a private method trained without γ: the other γ whose models this repetition selects from the same K runs. Together
+    # they are one joint release that no printed ε covers (each alone is covered): publish one of them
+    same_search_as: tuple[float, ...] = ()
+
+
+JOINT_NOTE = ("trained without gamma, so each repetition selects its models for every gamma from the same K runs: together they are one "
+              "joint release that no printed epsilon covers (each alone is covered); publish one")
 
 
 def select_released(spec, results: list[dict], refs: dict | None = None) -> list[Release]:
@@ -250,7 +310,8 @@ def select_released(spec, results: list[dict], refs: dict | None = None) -> list
                     best = max(ok, key=lambda x: (x[acc], -x["config_id"])) if ok else None
                     e2e = next((x.get("epsilon_end_to_end") for x in runs if x.get("epsilon_end_to_end") is not None), None)
                     ref = (refs or {}).get((method_name, eps))
-                    out.append(Release(method_name, eps, gamma, r, len(runs), best["trial_key"] if best else None,
-                                       best["config_id"] if best else None, best[acc] if best else None,
-                                       ref.epsilon_end_to_end if ref is not None else e2e, ref.epsilon_rdp if ref is not None else None))
+                    joint = tuple(g for g in spec.gammas if g != gamma) if method.private and not method.gamma_is_input else ()
+                    out.append(Release(method_name, eps, gamma, r, best["trial_key"] if best else None, best[acc] if best else None,
+                                       ref.epsilon_end_to_end if ref is not None else e2e, ref.epsilon_rdp if ref is not None else None,
+                                       joint))
     return out

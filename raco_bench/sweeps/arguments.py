@@ -94,7 +94,8 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     p.add_argument("-v", "--verbose", action="store_true", help="Ray Tune's own progress tables instead of the compact console")
     p.add_argument("--pack-size", type=int, default=None,
                    help="configurations trained together in one Ray trial (default: chosen from the sweep size and the device; 1 trains each alone)")
-    p.add_argument("--gpu-fraction", type=float, default=None, help="GPU share per trial (default 0.25 where the cluster has GPUs)")
+    p.add_argument("--gpu-fraction", type=float, default=None,
+                   help="GPU share per trial (default: $RACO_BENCH_GPUS_PER_TRIAL, 1 on cluster.yaml's GPU nodes; 0 trains on CPUs)")
     args = usage.parse_args(p, argv)  # an unknown flag: the usage and the closest flag the sweep knows
     if args.pack_size is not None and args.pack_size < 1:
         p.error(f"--pack-size must be >= 1, got {args.pack_size}")

@@ -2,7 +2,7 @@
 
 A trial is a JSON-able dict typed by :class:`Trial` (it is what a pack carries to its Ray worker and what MLflow
 records), identified by a deterministic ``trial_key``. Its record after training is a row of
-:data:`raco_bench.sweeps.results.COLUMNS`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
+:func:`raco_bench.sweeps.results.columns`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
 defaults (the defaults are written there only). Non-private methods do not depend on ε, so
 they run once (ε = None); methods trained without the slack γ (``gamma_is_input = False`` on the
 plugin) run once per ε and are selected for each γ from the same trials.
@@ -62,8 +62,8 @@ class Trial(PlannedTrial, total=False):
     # set by accounted tuning (raco_bench.sweeps.accounted)
     repeat: int
     tuning: str
-    tuning_runs: int
     tuning_note: str
+    tuning_outside_budget: list[str]  # what the search adds to the run's outside_budget (raco_bench.sweeps.accounted)
     epsilon_end_to_end: float
     epsilon_end_to_end_rdp: float
     train_metrics: bool
@@ -286,13 +286,19 @@ def make_packs(trials: list[Trial], pack_size: int) -> list[dict]:
     return packs
 
 
+GPU_PACK_LIMIT = 65_536  # configurations per GPU trial at most; a trial trains them in packs that fit its device's free memory
+
+
 def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
-    """At least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations per
-    pack on a CPU and 1,024 on a GPU, and on a CPU at most what ``fits(limit)`` says fits the node's memory
-    (:func:`raco_bench.packs.memory.largest_pack`)."""
-    cap = 1024 if gpu else 256
-    size = max(1, min(cap, math.ceil(n_trials / max(2.0 * slots, 1.0))))
-    return min(size, fits(size)) if fits is not None and not gpu else size
+    """On a CPU: at least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations
+    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.packs.memory.largest_pack`).
+    On GPUs: one trial per slot (a larger pack trains more configurations per second on a device), at most
+    :data:`GPU_PACK_LIMIT`; the trial sizes its packs from the free memory of the device it lands on
+    (:func:`raco_bench.packs.memory.largest_pack_on_device`), so the host's memory does not limit it here."""
+    if gpu:
+        return max(1, min(GPU_PACK_LIMIT, math.ceil(n_trials / max(slots, 1.0))))
+    size = max(1, min(256, math.ceil(n_trials / max(2.0 * slots, 1.0))))
+    return min(size, fits(size)) if fits is not None else size
 
 
 def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:

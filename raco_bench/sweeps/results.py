@@ -26,10 +26,12 @@ TAIL = [
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
     "selection_noise", "selection_checkpoints",  # checkpoint=private: what the store's ε composes (raco_bench/sweeps/store_privacy.py)
     "test_top_class_share", "test_constant_accuracy", "test_rows", "passes",  # what the health verdict reads (raco_bench.training.health)
+    "batch_stream", "key_id",  # the batches a configuration drew: its stream (empty: its own) under its key's fingerprint (the store's ε)
 ]
 OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end", "constraint_spec")  # None when absent
 INTEGER = ("phase", "config_id", "seed")
-TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": ""}  # for an empty cell
+TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": "", "batch_stream": "",
+                 "key_id": ""}  # for an empty cell
 ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what the run read outside the budget is unknown
 
 

@@ -54,8 +54,9 @@ from raco_bench.sweeps.plan import (
 from raco_bench.sweeps.registry import register_selected
 from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
-from raco_bench.sweeps.store_privacy import record_store_epsilon, store_metrics, store_text, sweep_store_epsilon
+from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
+from raco_bench.sweeps.tune_storage import drop_pack_folders, experiment_name, experiment_prefix, trial_name
 from raco_bench.training.health import OK, Evidence, Health, judge
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
@@ -166,9 +167,14 @@ def _train_phase(spec: SweepSpec, phase: int, trials: list[Trial], args, uri: st
     import ray
 
     resources, _ = _resources(args)
+    stale = tracking.drop_other_key_runs(uri, experiment_id, spec.sweep_id, phase, tracking.key_id(key))  # a resume under a new key
+    if stale:
+        folders = drop_pack_folders(storage, experiment_prefix(spec.experiment, spec.sweep_id, phase), stale)
+        print(f"[sweep] phase {phase}: {len(stale)} packs an attempt under another key left incomplete were deleted with all they "
+              f"recorded, in MLflow and in Tune's storage ({len(folders)} trial folders); they train anew under this key", flush=True)
     todo = not_recorded(trials, uri, experiment_id, spec, phase)
     trained = len(todo)
-    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else ray.cluster_resources().get("GPU", 1.0) / resources["gpu"]
+    slots = ray.cluster_resources().get("CPU", 1.0) if not resources.get("gpu") else gpu_slots(ray.cluster_resources().get("GPU", 0.0), resources["gpu"])
     # the size is planned for the whole phase: packs are contiguous chunks of one order, so the packs left after a
     # resume are the first attempt's packs, and their incomplete runs (and checkpoints' curves) are continued
     unlimited = args.pack_size or auto_pack_size(len(trials), slots, bool(resources.get("gpu")))
@@ -216,7 +222,7 @@ def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, ar
                              key=key, checkpoint_every_s=args.pack_checkpoint_s),  # the secret key travels in Ray's object store
         resources,
     )
-    name = f"{spec.experiment}-{spec.sweep_id}-phase{phase}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{attempt}"
+    name = experiment_name(spec.experiment, spec.sweep_id, phase, os.getpid(), attempt)
     tuner = tune.Tuner(
         trainable,
         param_space={"pack": tune.grid_search(packs)},
@@ -237,11 +243,24 @@ def _fit(spec: SweepSpec, phase: int, packs: list[dict], configurations: int, ar
 
 
 def _trial_name(trial) -> str:
-    p = trial.config["pack"]
-    return f"p{p['phase']}-{p['method']}-{len(p['members'])}-{p['pack_key'][:8]}"
+    return trial_name(trial.config["pack"])
 
 
 GPUS_PER_TRIAL_ENV = "RACO_BENCH_GPUS_PER_TRIAL"  # set by cluster.yaml on every node
+CLUSTER_GPUS_ENV = "RACO_BENCH_CLUSTER_GPUS"  # the GPUs the cluster can scale up to (cluster.yaml, the KubeRay manifest)
+
+
+def gpu_slots(gpus_up: float, fraction: float) -> float:
+    """How many GPU trials a phase plans for: the GPUs the cluster can scale up to (``RACO_BENCH_CLUSTER_GPUS``, which
+    the cluster's configuration sets) or, where more are up, those, divided by each trial's share. On an autoscaling
+    cluster the GPU workers join after the sweep starts: planning for the GPUs up at that moment (none) would put a
+    phase in one pack for one GPU."""
+    raw = os.environ.get(CLUSTER_GPUS_ENV, "0")
+    try:
+        declared = float(raw)
+    except ValueError:
+        raise ValueError(f"invalid {CLUSTER_GPUS_ENV}={raw!r}: the number of GPUs the cluster can scale up to, such as 8") from None
+    return max(gpus_up, declared, 1.0) / fraction
 
 
 def _resources(args) -> tuple[dict, str]:
@@ -252,9 +271,9 @@ def _resources(args) -> tuple[dict, str]:
     try:
         frac = float(raw)
     except ValueError:
-        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 0.25") from None
+        raise ValueError(f"invalid {GPUS_PER_TRIAL_ENV}={raw!r}: a GPU share per trial such as 1") from None
     if not 0 <= frac <= 8:
-        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (0.25 = four trials per GPU)")
+        raise ValueError(f"invalid GPU share per trial {frac}: use a number in [0, 8] (1 = one trial per GPU, 0.25 = four)")
     return ({"cpu": 1, "gpu": frac} if frac else {"cpu": 1}), "auto"
 
 
@@ -485,23 +504,24 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     trained += run_phase(spec, 2, trials2, args, uri, experiment_id, storage, key, DataShape.of(ds))
     results2 = phase_results(uri, experiment_id, spec, 2)
     text, rows = summarize(spec, selections, results2)
-    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every run of both phases
     elapsed = time.perf_counter() - t0
     n_trials = len(trials1) + len(trials2)
-    text += f"\n{store_text(store)}\n" + rate_line(trained, n_trials, elapsed)
+    text += "\n" + rate_line(trained, n_trials, elapsed)
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
-    record_store_epsilon(uri, parent2, store)
     tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
     tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
     print(f"[sweep] model registry: {versions} versions of {sum(s.config_id is not None for s in selections)} selected models "
           f"(named <method>.eps=<eps>.gamma=<gamma>.{spec.experiment})", flush=True)
+    store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent2)  # every run of both phases, once all is logged
+    print(store, flush=True)
+    tracking.log_text(uri, parent2, f"{text}\n{store}", "summary.txt")
     print("\n".join(ui_links(uri, experiment_id, spec)), flush=True)
     finish_phase(uri, experiment_id, spec, 2, {"trials": len(trials2), "completed": len(results2), "seconds": elapsed, "trained": trained,
                                                 "trials_per_minute": 60 * trained / elapsed, "registered_versions": versions,
-                                                **store_metrics(store)})
+                                                **store_values})
     return {"trials": n_trials, "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri}
 
 
@@ -636,10 +656,17 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     (:mod:`raco_bench.sweeps.accounted`); there is no phase 2, the released runs are the result."""
     import ray
 
+    from raco_bench.privacy.counter_rng import Keystream
     from raco_bench.sweeps.accounted import accounted_trials, select_released
     from raco_bench.sweeps.plan import make_trial
 
-    trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed))
+    # K and the configurations are drawn from the key: the runs of an earlier attempt under another key are another search
+    dropped = tracking.drop_other_keys(uri, experiment_id, spec.sweep_id, 1, tracking.key_id(key))
+    if dropped:
+        print(f"[sweep] accounted tuning draws its searches from the key: {dropped} runs of an earlier attempt under another key deleted, "
+              "the searches restart under this key (keep --key-file to resume a search)", flush=True)
+    trials, refs = accounted_trials(spec, n_train, lambda m, e, g, cid, params, seed: make_trial(spec, 1, m, e, g, cid, params, seed),
+                                    Keystream(key))
     for (method, eps), ref in refs.items():
         if ref is not None:
             print(f"[sweep] accounted tuning, {method} at end-to-end epsilon {eps:g}: {spec.rounds.describe()}; "
@@ -648,30 +675,37 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
                   f"(delta {spec.delta:g}), tuning included; the RDP theorem would state {ref.epsilon_rdp:.4f}", flush=True)
     confirm(spec, len(trials), args, ray.cluster_resources().get("CPU", 1.0))
     trained = run_phase(spec, 1, trials, args, uri, experiment_id, storage, key, shape)
-    results = phase_results(uri, experiment_id, spec, 1)
+    planned = {t["trial_key"] for t in trials}
+    results = [r for r in phase_results(uri, experiment_id, spec, 1) if r["trial_key"] in planned]  # this key's searches only
     releases = select_released(spec, results, refs)
     text, rows = summarize_released(spec, releases, results)
-    store = sweep_store_epsilon(read_results(uri, experiment_id, spec.sweep_id))  # every candidate the store holds
     elapsed = time.perf_counter() - t0
-    text += f"\n{store_text(store)}\n" + rate_line(trained, len(trials), elapsed)
+    text += "\n" + rate_line(trained, len(trials), elapsed)
     print(text, flush=True)
     parent = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 1, asdict(spec))
-    record_store_epsilon(uri, parent, store)
     released = [asdict(r) for r in releases]
     tracking.log_text(uri, parent, json.dumps(released, indent=2, default=str), RELEASED_ARTIFACT)
     tracking.log_text(uri, parent, text, "summary.txt")
+    store, store_values = state_store_epsilon(uri, experiment_id, spec.sweep_id, parent)  # every candidate the store holds
+    store = f"{STORE_LINES}\n{store}"
+    print(store, flush=True)
+    tracking.log_text(uri, parent, f"{text}\n{store}", "summary.txt")
     ends = [r.epsilon_end_to_end for r in releases if r.epsilon_end_to_end is not None]
     finish_phase(uri, experiment_id, spec, 1, {"trials": len(trials), "completed": len(results), "released": sum(r.trial_key is not None for r in releases),
                                                 "seconds": elapsed, **({"epsilon_end_to_end_max": max(ends)} if ends else {}),
-                                                **store_metrics(store)})
+                                                **store_values})
     return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
 
 
 RELEASED_ARTIFACT = "released_models.json"  # accounted tuning: what each repetition released, on the phase-1 parent
+STORE_LINES = ("The lines below describe the whole store, every candidate of every search and so each search's K: they are outside the "
+               "released models' claim, and not to be published with a released model.")
 
 
 def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[str, list[dict]]:
-    """Per (method, ε, γ): the released models of the R repetitions, their test metrics and the end-to-end ε."""
+    """Per (method, ε, γ): the released models of the R repetitions, their test metrics and the end-to-end ε; never K, which the
+    claim needs secret. A private method trained without γ releases, per repetition, a model for each γ from the same runs:
+    a line says that together they are one joint release that no printed ε covers."""
     by_key = {r["trial_key"]: r for r in results}
     groups: dict[tuple, list] = {}
     for rel in releases:
@@ -683,17 +717,22 @@ def summarize_released(spec: SweepSpec, releases, results: list[dict]) -> tuple[
         con = [c["test_max_constraint"] for c in chosen]
         rows.append({"method": method, "epsilon_end_to_end": rels[0].epsilon_end_to_end, "epsilon_end_to_end_rdp": rels[0].epsilon_end_to_end_rdp,
                      "epsilon": eps, "gamma": gamma, "repeats": len(rels),
-                     "released": len(chosen), "mean_K": mean([r.runs for r in rels]), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
+                     "released": len(chosen), "same_search_as": list(rels[0].same_search_as), "test_accuracy_mean": mean(acc), "test_accuracy_sd": sd(acc),
                      "test_constraint_mean": mean(con), "share_meeting_gamma": mean([1.0 if c <= gamma else 0.0 for c in con]) if con else math.nan})
     lines = [f"Released models of accounted tuning ({spec.experiment}, sweep {spec.sweep_id}, delta {spec.delta:g}; "
              f"{spec.rounds.describe()}, {spec.tuning_repeats} repetitions; e2e eps by privacy profiles, RDP figure beside it):",
-             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'mean K':>7s} {'test acc (mean ± sd)':>22s} "
+             f"{'method':9s} {'e2e eps':>8s} {'RDP':>6s} {'gamma':>6s} {'released':>9s} {'test acc (mean ± sd)':>22s} "
              f"{'test constraint':>15s} {'meets gamma':>11s}"]
     for r in rows:
         e2e = "-" if r["epsilon_end_to_end"] is None else f"{r['epsilon_end_to_end']:.3f}"
         rdp = "-" if r["epsilon_end_to_end_rdp"] is None else f"{r['epsilon_end_to_end_rdp']:.3f}"
-        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} {r['mean_K']:>7.1f} "
+        lines.append(f"{r['method']:9s} {e2e:>8s} {rdp:>6s} {r['gamma']:>6g} {r['released']:>4d}/{r['repeats']:<4d} "
                      f"{r['test_accuracy_mean']:>12.4f} ± {r['test_accuracy_sd']:.4f} {r['test_constraint_mean']:>15.4f} {r['share_meeting_gamma']:>11.2f}")
+    from raco_bench.sweeps.accounted import JOINT_NOTE
+
+    for method, eps in dict.fromkeys((r["method"], r["epsilon"]) for r in rows if r["same_search_as"]):
+        gammas = ", ".join(f"{r['gamma']:g}" for r in rows if (r["method"], r["epsilon"]) == (method, eps))
+        lines.append(f"{method} at epsilon {eps:g} (gamma {gammas}): {JOINT_NOTE}")
     return "\n".join(lines), rows
 
 

@@ -2,9 +2,10 @@
 the per-run ε (docs/privacy.md, "The store's ε"; the composition is :mod:`raco_bench.privacy.store`'s).
 
 Every trained configuration of the sweep is one release: its method's events (``Method.privacy_event``) at the T it
-trained, its calibrated parameters and its private selection, and the batches it drew (``batch_stream_id``: shared by
-configurations of one seed and one expected batch size under ``batch_draws=shared``, its own otherwise). Runs of
-several datasets are composed per dataset (they are different people).
+trained, its calibrated parameters and its private selection, and the batches it drew: the batch stream and the key
+fingerprint its pack recorded on its row (``batch_stream``, ``key_id``). Configurations with the same stream, key and
+sampling rate drew the same batches; a run trained after a resume under another key drew other ones. Runs of several
+datasets are composed per dataset (they are different people).
 """
 
 from __future__ import annotations
@@ -21,15 +22,21 @@ from raco_bench.methods import get_method
 from raco_bench.methods.base import Budget
 from raco_bench.privacy import events
 from raco_bench.privacy.accounting import SelectionRelease
-from raco_bench.privacy.store import StoreEpsilon, StoreRelease, store_epsilon
-from raco_bench.training.config import RunConfig, batch_stream_id
+from raco_bench.privacy.store import StoreEpsilon, StoreRelease, split_batched, store_epsilon
+from raco_bench.sweeps.results import read_results
 
 STORE_ARTIFACT = "store_epsilon.json"  # on every phase parent of a finished sweep
 STORE_TAG = "raco_bench.store_epsilon"
+UNRECORDED_STREAM = ("batch_draws=shared, but the batch stream it drew was not recorded (a store older than the recorded stream "
+                     "ids): which runs drew the same batches is unknown")
 
 
 def _number(value, default=None):
     return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _text(value) -> str:
+    return "" if _number(value) is None else str(value)
 
 
 def _published_train_rows(row: dict) -> int | None:
@@ -62,8 +69,12 @@ def release_of(row: dict) -> StoreRelease:
         event = method.privacy_event(hyper, n_train, budget)
     except events.UnsupportedEvent as exc:
         return StoreRelease(None, None, label, str(exc))
-    batches = batch_stream_id(RunConfig(dataset=row["dataset"], seed=int(row["seed"]), batch_draws=str(row["batch_draws"] or "own")),
-                              dataclasses.asdict(hyper))
+    batches = None
+    if str(row.get("batch_draws")) == "shared" and split_batched(event)[0]:
+        stream, key = _text(row.get("batch_stream")), _text(row.get("key_id"))
+        if not stream or not key:
+            return StoreRelease(None, None, label, UNRECORDED_STREAM)
+        batches = (key, stream)  # the stream it drew from under its key: its group (with its sampling rate)
     return StoreRelease(event, batches, label, epsilon=_number(row.get("epsilon_spent")))
 
 
@@ -85,16 +96,44 @@ def store_text(figures: dict[str, StoreEpsilon]) -> str:
 
 
 def store_metrics(figures: dict[str, StoreEpsilon]) -> dict[str, float]:
-    """The parent run's metrics (one dataset per sweep): the store's ε, the independent figure, the largest per-run ε."""
+    """The parent run's metrics (one dataset per sweep): the store's ε, the figure over its private runs, the independent
+    figure, the largest per-run ε, and whether the figure is end to end (1) or not (0)."""
     if len(figures) != 1:
         return {}
     s = next(iter(figures.values()))
-    values = {"store_epsilon": s.epsilon, "store_epsilon_own_batches": s.independent, "store_epsilon_largest_run": s.largest_run}
-    return {k: (v if math.isfinite(v) else -1.0) for k, v in values.items()}  # -1: no record-level guarantee (the tag says why)
+    values = {"store_epsilon": s.epsilon, "store_epsilon_private_only": s.private_only, "store_epsilon_own_batches": s.independent,
+              "store_epsilon_largest_run": s.largest_run}
+    return {**{k: (v if math.isfinite(v) else -1.0) for k, v in values.items()},  # -1: no record-level guarantee (the tag says why)
+            "store_epsilon_end_to_end": 1.0 if s.end_to_end else 0.0}
+
+
+def store_summary(record: dict) -> dict:
+    """The figures a study part keeps of a store's ε (a :class:`~raco_bench.privacy.store.StoreEpsilon` as recorded, its
+    ``end_to_end`` included): the whole store's, the private runs', the own-batches and largest per-run ε, whether it is end
+    to end, δ, the runs, those without a record-level claim, and what the runs list outside their budget."""
+    return {"epsilon": record["epsilon"], "private_only": record["private_only"], "own_batches": record["independent"],
+            "largest_run": record["largest_run"], "end_to_end": bool(record["end_to_end"]), "delta": record["delta"], "runs": record["runs"],
+            "without_claim": len(record["not_record_level"]), "outside_budget": list(record["outside_budget"])}
 
 
 def record_store_epsilon(uri: str, parent: str, figures: dict[str, StoreEpsilon]) -> None:
     """State the store's ε on a phase parent as a tag and a JSON record (its metrics, :func:`store_metrics`, go with the
     phase's own when it finishes)."""
     tracking.set_tags(uri, parent, {STORE_TAG: store_text(figures)[:4900]})
-    tracking.log_text(uri, parent, json.dumps({d: dataclasses.asdict(s) for d, s in figures.items()}, indent=2, default=str), STORE_ARTIFACT)
+    record = {d: {**dataclasses.asdict(s), "end_to_end": s.end_to_end} for d, s in figures.items()}
+    tracking.log_text(uri, parent, json.dumps(record, indent=2, default=str), STORE_ARTIFACT)
+
+
+def state_store_epsilon(uri: str, experiment_id: str, sweep_id: str, parent: str) -> tuple[str, dict[str, float]]:
+    """The store's ε of a finished sweep, stated on its ``parent`` (tag and record): the summary's line and the parent's
+    metrics. It runs after everything else the sweep records, and a failure here is reported in the line and the tag
+    instead of raised: nothing the sweep recorded is lost, and ``raco-bench report`` computes the figure again."""
+    try:
+        figures = sweep_store_epsilon(read_results(uri, experiment_id, sweep_id))
+    except Exception as exc:  # noqa: BLE001 - the sweep's results are recorded; this figure can be computed again later
+        line = (f"The store's epsilon could not be computed ({type(exc).__name__}: {exc}); every result of the sweep is recorded, "
+                "and `raco-bench report` computes the figure again")
+        tracking.set_tags(uri, parent, {STORE_TAG: line[:4900]})
+        return line, {}
+    record_store_epsilon(uri, parent, figures)
+    return store_text(figures), store_metrics(figures)

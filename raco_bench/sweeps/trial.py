@@ -140,14 +140,10 @@ def run_config(trial: Trial, device: str):
     )
 
 
-ACCOUNTED_STORE_NOTE = ("accounted tuning: the end-to-end epsilon holds for a reader of the released model only; this store also holds "
-                        "K and every candidate run of the search")
-
-
 def outside_budget(trial: Trial, privacy: dict) -> list[str]:
-    """What the run lists outside the budget: the pipeline's labels, and under accounted tuning that the store holds more
-    than the released model (docs/privacy.md, "Threat model")."""
-    return list(privacy["outside_budget"]) + ([ACCOUNTED_STORE_NOTE] if trial.get("tuning") == "accounted" else [])
+    """What the run lists outside the budget: the pipeline's labels, and under accounted tuning what its plan adds (the
+    store holds more than the released model; a reproducible search; docs/privacy.md, "Threat model")."""
+    return list(privacy["outside_budget"]) + list(trial.get("tuning_outside_budget", []))
 
 
 def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[str, str]]:
@@ -201,7 +197,7 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
         row["constraint_spec"] = trial["constraint_spec"]
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
-        row.update(repeat=trial["repeat"], tuning_runs=trial["tuning_runs"], tuning_note=trial.get("tuning_note", ""))
+        row.update(repeat=trial["repeat"], tuning_note=trial.get("tuning_note", ""))  # never K: the claim needs it secret
         if trial.get("epsilon_end_to_end") is not None:
             row["epsilon_end_to_end"] = trial["epsilon_end_to_end"]
     row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),
@@ -322,6 +318,21 @@ def log_single_run(uri: str, experiment: str, result, dataset, key_id: str | Non
     return run_id
 
 
+def device_pack_size(runs: list, dataset, device: str) -> int | None:
+    """The most configurations one pack of ``runs`` takes on a CUDA ``device``: the memory model's largest pack
+    (their widest expected batch, their most evaluations) in the device's free memory, read now, on the device the
+    trial landed on (docs/packs.md, "The GPU path"); None on a CPU, where the sweep sized the pack."""
+    from raco_bench.packs.memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
+
+    free = device_free_memory(device)
+    if free is None or not runs:
+        return None
+    batch = max(float(getattr(r.ctx.hyper, "batch_size", 0) or 0) for r in runs) or float(len(dataset.train))
+    evaluations = max(evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection.count if r.ctx.config.selection else 0)
+                      for r in runs)
+    return largest_pack_on_device(len(runs), DataShape.of(dataset), batch, evaluations, free)
+
+
 def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_id: str, device: str = "cpu",
                  flush_every_s: float = 10.0, key: bytes | None = None, checkpoint=None) -> dict:
     """Train and log one pack (its configurations in lockstep where a batched engine exists, see
@@ -378,7 +389,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
             for child in children[k]:
                 child.add(points)
 
-    results = train_runs(runs, progress, checkpoint)
+    results = train_runs(runs, progress, checkpoint, max_pack=device_pack_size(runs, dataset, device))
     live.flush()
     rows, curves, arrays = [], [], {}
     for t in members:
@@ -390,6 +401,7 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
         for child in reversed(children[k]) if children else []:  # views first: the trained run completes last
             child.close(t, result, metrics, params, tags, tracking_uri, dataset)  # a view's view_of tag is set when it is created
         row_tags = {name: value for name, value in tags.items() if name != "raco_bench.trial"}
+        row_tags.update(batch_stream=_stream_text(runs[k].ctx.batch_stream_id), key_id=key_id)  # the batches it drew: the store's ε
         rows.append(table_row(t, children[k][0].run_id if children else run_id, metrics, row_tags))
         curves += [(t["trial_key"], key, value, step) for entry in result.history for key, value, step in history_points(entry)]
         arrays.update({f"{t['trial_key']}/reported/{k}": v for k, v in result.reported_params.items()})
@@ -406,6 +418,11 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
                            {**env_tags, "outside_budget": rows[0].get("outside_budget", "none") if rows else "none"}, {},
                            {name: Path(tmp) / name for name in (tracking.PACK_TABLE, "curves.csv.gz", "weights.npz")})
     return summary
+
+
+def _stream_text(stream: int | None) -> str:
+    """The batch stream a configuration drew its Poisson batches from, as its row records it (empty: its own stream)."""
+    return "" if stream is None else f"batches-{stream & (2**64 - 1):016x}"
 
 
 def pack_summary(table) -> dict:

@@ -23,7 +23,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -138,9 +138,28 @@ def check_reachable(uri: str, timeout_s: float = REACH_TIMEOUT_S, origin: str = 
 
 
 def client(uri: str):
+    """MLflow's client of ``uri``; on SQLite its store's connections zero what they delete (:func:`zero_deleted_content`)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    c = MlflowClient(tracking_uri=uri)
+    zero_deleted_content(c._tracking_client.store)  # MLflow's store object, cached per URI: the listener is added once
+    return c
+
+
+def zero_deleted_content(store) -> None:
+    """Every SQLite connection ``store`` checks out overwrites deleted content with zeros (``PRAGMA secure_delete``, off by
+    default in SQLite's own builds): a row deleted later (:func:`delete_run`) leaves no copy in the file's free space, nor
+    do the page splits of writing it. The pragma is per connection, so it is set at each checkout."""
+    engine = getattr(store, "engine", None)
+    if engine is None or engine.dialect.name != "sqlite" or getattr(engine, "_raco_bench_zeroing", False):
+        return
+    from sqlalchemy import event
+
+    def on(dbapi_connection, record, proxy) -> None:
+        dbapi_connection.execute("PRAGMA secure_delete = ON")
+
+    event.listen(engine, "checkout", on)
+    engine._raco_bench_zeroing = True
 
 
 @contextmanager
@@ -271,11 +290,14 @@ def create_run(uri: str, experiment_id: str, name: str, tags: dict[str, str] | N
 
 
 def delete_run(uri: str, run_id: str) -> None:
-    """Delete a run and everything it recorded: its artifacts, its logged models (their artifacts and records), its
-    dataset-input links, then its metrics, latest metrics, params, tags and the run itself, as ``mlflow gc --run-ids``
-    does for a deleted run. MLflow's own ``delete_run`` only marks a run deleted, and its metrics stay readable in the
-    store: a deleted attempt's curves beside the attempt that replaced it would be two independent trainings of one
-    configuration, a release no ε covers (docs/privacy.md, "The store's ε")."""
+    """Delete a run and everything it recorded: its model registry versions (their tags, description and link), its
+    artifacts, its logged models (their artifacts and records), its dataset-input links, then its metrics, latest metrics,
+    params, tags and the run itself, as ``mlflow gc --run-ids`` does for a deleted run. MLflow's own ``delete_run`` only
+    marks a run deleted, and its metrics stay readable in the store: a deleted attempt's curves beside the attempt that
+    replaced it would be two independent trainings of one configuration, a release no ε covers (docs/privacy.md, "The
+    store's ε"). On SQLite the deleted rows' bytes go too: the store's connections overwrite deleted content with zeros
+    (:func:`zero_deleted_content`) and the write-ahead log, which still holds the pages as they were written, is
+    checkpointed into the file and truncated (:func:`scrub_deleted`)."""
     c = client(uri)
     run = retry(lambda: c.get_run(run_id))
     store = c._tracking_client.store  # MLflow's store: its hard deletes are what ``mlflow gc`` calls
@@ -284,6 +306,11 @@ def delete_run(uri: str, run_id: str) -> None:
                          "use a SQL store (sqlite:///..., postgresql://...), or delete run " + run_id + " with `mlflow gc` yourself")
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
+    zero_deleted_content(c._get_registry_client().store)  # the model registry's store: its own connections to the database
+    for version in retry(lambda: c.search_model_versions(f"run_id = '{run_id}'")):  # its description holds the run's results
+        for key in version.tags:
+            retry(lambda v=version, k=key: c.delete_model_version_tag(v.name, v.version, k))
+        retry(lambda v=version: c.delete_model_version(v.name, v.version))  # MLflow redacts its run, source and description
     for model in logged_models(uri, run.info.experiment_id, run_id):
         get_artifact_repository(model.artifact_location).delete_artifacts()
         retry(lambda model=model: c.delete_logged_model(model.model_id))  # the search finds live models only
@@ -293,6 +320,35 @@ def delete_run(uri: str, run_id: str) -> None:
         retry(lambda: c.delete_run(run_id))
     retry(lambda: _delete_inputs(store, run_id))
     retry(lambda: store._hard_delete_run(run_id))
+    scrub_deleted(uri)
+
+
+def scrub_deleted(uri: str, vacuum: bool = False, attempts: int = 8) -> None:
+    """Checkpoint a SQLite store's write-ahead log into its file and truncate it, so that no frame of a deleted row stays on
+    disk beside the zeroed pages (``PRAGMA wal_checkpoint(TRUNCATE)``, retried while a reader holds an older snapshot).
+    ``vacuum`` (or a SQLite that cannot zero deleted content) also rewrites the file without free space (``VACUUM``): what
+    was written without zeroing (by an older raco-bench, or another program) goes too. It needs the file to itself (a
+    sweep's driver between phases); where it cannot have it, a warning says how to run it. Other stores: nothing."""
+    if not uri.startswith("sqlite:///"):
+        return
+    import sqlite3
+    import warnings
+
+    path = Path(uri[len("sqlite:///"):])
+    with closing(sqlite3.connect(path, timeout=60)) as con:
+        zeroing = con.execute("PRAGMA secure_delete = ON").fetchone()[0] == 1
+        if vacuum or not zeroing:
+            try:
+                con.execute("VACUUM")
+            except sqlite3.OperationalError as exc:
+                warnings.warn(f"{path}: VACUUM failed ({exc}); deleted runs' bytes may stay in its free space until `sqlite3 {path} VACUUM` "
+                              "runs while nothing else writes to it", stacklevel=2)
+        for i in range(attempts):
+            if not con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # 0: not busy, every frame written back
+                return
+            time.sleep(0.2 * (2**i))
+    warnings.warn(f"{path}: a reader kept the write-ahead log from being checkpointed; frames of deleted runs stay in {path.name}-wal until "
+                  f"the next checkpoint (the next deletion, or `sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'`)", stacklevel=2)
 
 
 def _delete_inputs(store, run_id: str) -> None:
@@ -362,10 +418,12 @@ def run_status(uri: str, run_id: str) -> str:
 
 def key_id(key: bytes | None) -> str:
     """A fingerprint of a secret key that tells attempts under different keys apart and reveals nothing of the key
-    (a hash of a 256-bit random value); "reproducible" for the reproducible generator."""
+    (a hash of a 256-bit random value); "reproducible" for the reproducible generator. It names the cipher too
+    (ChaCha20 since issue 47; AES-256-CTR before): an attempt that drew its words from the other cipher under the same
+    key file is another attempt, whose unfinished runs are trained anew, not continued with other words."""
     import hashlib
 
-    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id\0" + key).hexdigest()[:16]
+    return "reproducible" if key is None else hashlib.sha256(b"raco-bench key id chacha20\0" + key).hexdigest()[:16]
 
 
 def find_run(uri: str, experiment_id: str, tags: dict[str, str]):
@@ -564,6 +622,47 @@ def drop_abandoned_packs(uri: str, experiment_id: str, sweep_id: str, phase: int
     return dropped
 
 
+def drop_other_key_runs(uri: str, experiment_id: str, sweep_id: str, phase: int, key: str) -> set[str]:
+    """Delete, with all they recorded, the incomplete pack and configuration runs of a sweep's phase that an attempt under
+    another key left (a resume without the key file: their partial curves came from other draws, and would be a second
+    training of the configurations this attempt trains anew); the pack keys of the deleted pack runs. A run without a key
+    fingerprint counts as this key's, as :func:`get_or_create_pack_run` counts it. The file is then rewritten without free
+    space (:func:`scrub_deleted`), before this attempt writes anything."""
+    query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}'"
+    packs: set[str] = set()
+    dropped = 0
+    for run in search_all(uri, [experiment_id], query):
+        t = run.data.tags
+        if t.get(KIND) not in ("pack", "trial") or t.get(COMPLETE) == "1" or t.get(KEY_ID, key) == key:
+            continue
+        delete_run(uri, run.info.run_id)
+        dropped += 1
+        if t.get(KIND) == "pack":
+            packs.add(t[PACK_KEY])
+    if dropped:
+        scrub_deleted(uri, vacuum=True)
+    return packs
+
+
+TEXT_COLUMNS = {"batch_stream": str, "key_id": str}  # pack-table columns read as written (a fingerprint of digits stays text)
+
+
+def drop_other_keys(uri: str, experiment_id: str, sweep_id: str, phase: int, key: str) -> int:
+    """Delete, with everything they recorded (:func:`delete_run`), the runs of a sweep's phase (its packs and their
+    configurations' runs) that an attempt under another key trained, complete or not; ``key`` is the :func:`key_id` of this
+    attempt. Accounted tuning draws its searches from the key, so another key's runs belong to another search
+    (docs/sweeps.md, "Accounted tuning"). Returns how many were deleted."""
+    query = f"tags.`{SWEEP_ID}` = '{sweep_id}' and tags.`{PHASE}` = '{phase}'"
+    dropped = 0
+    for run in search_all(uri, [experiment_id], query):
+        if run.data.tags.get(KIND) in ("pack", "trial") and run.data.tags.get(KEY_ID, key) != key:
+            delete_run(uri, run.info.run_id)
+            dropped += 1
+    if dropped:
+        scrub_deleted(uri, vacuum=True)
+    return dropped
+
+
 def pack_tables(uri: str, runs: list):
     """The configuration tables of pack runs, concatenated (pandas); a configuration recorded by two packs
     (a resume with another pack size) appears once, from the pack that finished first."""
@@ -576,7 +675,7 @@ def pack_tables(uri: str, runs: list):
     with tempfile.TemporaryDirectory() as tmp:
         for run in sorted(runs, key=lambda r: r.info.end_time or 0):
             local = retry(lambda run=run: c.download_artifacts(run.info.run_id, PACK_TABLE, tmp))
-            frame = pd.read_csv(local)
+            frame = pd.read_csv(local, dtype=TEXT_COLUMNS)
             frame["pack_run_id"] = run.info.run_id
             frames.append(frame)
     if not frames:
@@ -671,6 +770,7 @@ def register_model(uri: str, name: str, run_id: str, tags: dict[str, str], descr
     models = logged_models(uri, retry(lambda: c.get_run(run_id)).info.experiment_id, run_id)
     if not models:
         return None
+    zero_deleted_content(c._get_registry_client().store)  # a version deleted with its run leaves no copy (delete_run)
     model = models[0]
     if not retry(lambda: c.search_registered_models(filter_string=f"name = '{name}'")):
         try:

@@ -103,7 +103,7 @@ def _binary_counts(positive: torch.Tensor, cells: torch.Tensor, n_cells: int) ->
     one product, class 0 the cell's size minus it. With the 0/1 indicator [pred = 1] in an exact dtype these are
     :func:`class_counts` (exact integers); with the probability softmax(τz)₁, the soft histogram."""
     ones = _cell_sums(positive, cells, n_cells).double()  # cells × K
-    sizes = torch.bincount(cells, minlength=n_cells).double()
+    sizes = cells.new_zeros(n_cells, dtype=torch.float64).index_add_(0, cells, cells.new_ones(cells.shape, dtype=torch.float64))  # no read-back
     return torch.stack([sizes[:, None] - ones, ones], -1).permute(1, 0, 2)  # K × cells × 2
 
 
@@ -143,14 +143,15 @@ def _general_counts(logits: torch.Tensor, pred: torch.Tensor, split: EvalSplit, 
 
 
 def _binary_counts_of_margins(margin: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_parts: int | None,
-                              losses: bool = True) -> SplitCounts | None:
+                              losses: bool = True, check: bool = True) -> SplitCounts | None:
     """:class:`SplitCounts` of two-class models from their margins D = z₁ − z₀ (N × K), in arrays of N × K rather
     than N × 2 × K: ŷ = [D > 0] (argmax picks class 0 on a tie), softmax(τz)₁ = sigmoid(τD), and the cross-entropy
     −log softmax(τz)_y = softplus(τD) for y = 0 and softplus(−τD) for y = 1. None where a margin is NaN (their sum
-    is NaN): the argmax rules for NaN (:func:`predictions`) need both logits."""
+    is NaN): the argmax rules for NaN (:func:`predictions`) need both logits. ``check=False`` skips that check (a read
+    back): the caller checks the margins itself (:func:`counts_on_device`)."""
     if not losses and margin.device.type == "cpu":
         return _binary_counts_compiled(margin, split, n_groups, n_parts)
-    if bool(margin.sum().isnan()):
+    if check and bool(margin.sum().isnan()):
         return None
     N = margin.shape[0]
     positive = torch.sign(margin).clamp_min_(0).to(_exact_dtype(N))  # [D > 0]; faster than a comparison's bool array
@@ -254,7 +255,8 @@ def evaluate_logits(logits: torch.Tensor, split: EvalSplit, taus: list[float], n
 
 EVAL_ROWS_CPU = 1024  # rows per chunk of a batched evaluation on a CPU, at least: the chunk's N × c × K arrays stay in cache
 EVAL_CELLS_CPU = 2**18  # rows × models per chunk on a CPU: fewer models, longer chunks (at most 16 × EVAL_ROWS_CPU)
-EVAL_ROWS_GPU = 2**16  # on a GPU: few, large kernels (docs/packs.md, "Evaluation")
+EVAL_ROWS_GPU = 2**16  # on a GPU: few, large kernels (docs/packs.md, "Evaluation"), at most
+EVAL_CELLS_GPU = 2**26  # rows × models per chunk on a GPU: a pack of thousands evaluates in chunks of fewer rows (memory)
 
 
 def eval_rows(device: torch.device | str, models: int = 1) -> int:
@@ -262,7 +264,7 @@ def eval_rows(device: torch.device | str, models: int = 1) -> int:
     :data:`EVAL_CELLS_CPU` (row, model) values: with few models (the end of a pack) a chunk's fixed cost, not its
     arithmetic, decides, and longer chunks cut it (Heart's validation split, 5 models: 2.9 → 1.5 ms an evaluation)."""
     if getattr(device, "type", device) != "cpu":
-        return EVAL_ROWS_GPU
+        return max(EVAL_ROWS_CPU, min(EVAL_ROWS_GPU, EVAL_CELLS_GPU // max(models, 1)))
     return max(EVAL_ROWS_CPU, min(16 * EVAL_ROWS_CPU, EVAL_CELLS_CPU // max(models, 1)))
 
 
@@ -288,6 +290,47 @@ def evaluate_linear(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, 
             counts = split_counts(linear_logits(weight, bias, chunk.X), chunk, tau, n_groups, n_classes, n_parts, losses=losses)
         total = counts if total is None else total + counts
     return metrics_of_counts(total, split, n_groups, n_classes, rates, gammas)
+
+
+def counts_on_device(weight: torch.Tensor, bias: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_groups: int, n_classes: int,
+                     n_parts: int | None, rows: int | None = None) -> tuple[SplitCounts, torch.Tensor]:
+    """:func:`evaluate_linear`'s counts, loss metrics included, computed without reading anything back to the host (a
+    pack that runs ahead on a device reads an evaluation's counts back once: :func:`counts_to_host`), and whether a
+    two-class margin was NaN (a device bool: then the margins' counts are not argmax's, and the split is counted again
+    by :func:`evaluate_linear`)."""
+    rows = rows or eval_rows(weight.device, weight.shape[0])
+    nan = torch.zeros((), dtype=torch.bool, device=weight.device)
+    if n_classes == 2:
+        weight_gap, bias_gap = (weight[:, 1] - weight[:, 0]).T.contiguous(), bias[:, 1] - bias[:, 0]
+    total = None
+    for start in range(0, max(len(split.y), 1), rows):
+        chunk = split.rows(start, start + rows)
+        if n_classes == 2:
+            margin = torch.addmm(bias_gap, chunk.X, weight_gap)
+            nan = nan | margin.sum().isnan()
+            counts = _binary_counts_of_margins(margin, chunk, taus, n_groups, n_parts, losses=True, check=False)
+        else:
+            logits = linear_logits(weight, bias, chunk.X)
+            counts = _general_counts(logits, predictions(logits), chunk, taus, n_groups, n_classes, n_parts)
+        total = counts if total is None else total + counts
+    return total, nan
+
+
+def counts_to_host(counts: dict[str, tuple[SplitCounts, torch.Tensor]]) -> dict[str, tuple[SplitCounts, bool]]:
+    """Every split's :func:`counts_on_device` on the host, in one transfer (the fields flattened into one float64 vector)."""
+    fields = [(name, f) for name, (stats, _) in counts.items() for f in ("counts", "loss_sums", "hard", "soft") if getattr(stats, f) is not None]
+    parts = [getattr(counts[name][0], f) for name, f in fields] + [nan for _, nan in counts.values()]
+    flat = torch.cat([x.reshape(-1).double() for x in parts]).cpu().split([x.numel() for x in parts])
+    host = {name: dict.fromkeys(("counts", "loss_sums", "hard", "soft")) for name in counts}
+    for (name, f), x, like in zip(fields, flat, parts):
+        host[name][f] = x.reshape(like.shape).to(like.dtype)
+    nans = flat[len(fields):]
+    return {name: (SplitCounts(**host[name]), bool(nan)) for name, nan in zip(counts, nans)}
+
+
+def on_host(split: EvalSplit) -> EvalSplit:
+    """What :func:`metrics_of_counts` reads of a split (its labels and groups; no features), on the host."""
+    return EvalSplit(split.X[:0].cpu(), split.y.cpu(), split.group.cpu(), None if split.parts is None else split.parts.cpu())
 
 
 def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_classes: int, rates: CompiledRates | None,

@@ -26,7 +26,7 @@ import torch
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.methods.lagrangian import fused
 from raco_bench.methods.lagrangian.step import lagrangian_report
-from raco_bench.packs.draws import BatchesAhead, DrawAhead, distinct_batches
+from raco_bench.packs.draws import BatchesAhead, DrawAhead, FixedBatches, ahead_steps, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import batch_groups, chunk_budget, chunks, padded_groups, put_rows, softmax, take_rows
@@ -178,25 +178,32 @@ class PackData:
 
     ``fused``: a step's two-class per-row passes run as compiled loops (:mod:`raco_bench.methods.lagrangian.fused`,
     :func:`~raco_bench.privacy.clip_noise.clip_rank_one`; docs/packs.md, "Fused row passes"). By default where they
-    apply: float32 on a CPU. The torch form computes the same numbers up to rounding on any device."""
+    apply: float32 on a CPU. The torch form computes the same numbers up to rounding on any device.
+
+    ``ahead``: the step the device runs ahead on (:class:`AheadSteps`; docs/packs.md, "The GPU path"): torch forms
+    only, shapes fixed per pack, nothing read back to the host between evaluations. By default on every device but
+    the CPU."""
 
     X: torch.Tensor
     per_row: torch.Tensor
     n_classes: int
     n_parts: int
     fused: bool = False
+    ahead: bool = False
 
     @staticmethod
-    def of(data: TrainData, fused: bool | None = None) -> "PackData":
+    def of(data: TrainData, fused: bool | None = None, ahead: bool | None = None) -> "PackData":
         c = data.n_classes
         onehot = data.table[:, c + 1 :]
         if 0 < data.n_parts <= FEW_PARTS:
             part = onehot.T
         else:
             part = (onehot.argmax(1).to(data.X.dtype) if data.n_parts else data.X.new_zeros(data.n))[None]
+        if ahead is None:
+            ahead = data.X.device.type != "cpu"
         if fused is None:
-            fused = data.X.device.type == "cpu" and data.X.dtype == torch.float32
-        return PackData(data.X, torch.cat([data.table[:, : c + 1].T, part]).contiguous(), c, data.n_parts, fused)
+            fused = not ahead and data.X.device.type == "cpu" and data.X.dtype == torch.float32
+        return PackData(data.X, torch.cat([data.table[:, : c + 1].T, part]).contiguous(), c, data.n_parts, fused and not ahead, ahead)
 
     @property
     def few_parts(self) -> bool:
@@ -278,12 +285,13 @@ def _gradients(idx: torch.Tensor | slice, width: int, state: PackState, data: Pa
     return grad_w, grad_b, estimates, H
 
 
-def _release(H: torch.Tensor, idx, state: PackState, s: PackSettings, rates: CompiledRates, noise: StepNoise):
+def _release(H: torch.Tensor, idx, state: PackState, s: PackSettings, rates: CompiledRates, noise: StepNoise, ahead: bool = False):
     """Lines 3, 4 and 8 from the exact histogram H (S × P × c): Ĥ = H + Lap(s_L) iid per cell (private methods), the
-    part coefficients of the current λ (S × P × c) and Γ̂ (S × J)."""
+    part coefficients of the current λ (S × P × c) and Γ̂ (S × J); ``ahead``: in torch on any device (the compiled
+    host loop of the dual quantities reads the histogram back)."""
     if s.private:  # line 3
         H = H + s.laplace_scale[idx, None, None] * noise.laplace[idx].to(H.dtype).view_as(H)
-    coef_parts, estimates = rates.dual_quantities(H, state.lam[idx], s.expected_batch[idx])  # lines 4 and 8
+    coef_parts, estimates = rates.dual_quantities(H, state.lam[idx], s.expected_batch[idx], host=not ahead)  # lines 4 and 8
     return H, coef_parts, estimates
 
 
@@ -347,11 +355,12 @@ def _residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Tensor, temp
     if rates is not None:
         hist_probs = probs
         if s.switches.hard:  # dual_update = hard: the one-hot argmax histogram
-            predicted = torch.nn.functional.one_hot(probs.argmax(0), c).permute(3, 0, 1, 2).to(probs.dtype)
+            classes = torch.arange(c, device=probs.device).view(c, 1, 1, 1)
+            predicted = (probs.argmax(0)[None] == classes).to(probs.dtype)  # the one-hot argmax, c × G × k × M
             hist_probs = torch.where(s.hard[idx].view(G, k, 1), predicted, probs)
         part, P = _part_rows(constants, mask, data), rates.n_parts
         H = _part_sums(hist_probs, part, mask, data, P)  # line 2
-        H, coef_parts, estimates = _release(H.reshape(G * k, P, c), idx, state, s, rates, noise)
+        H, coef_parts, estimates = _release(H.reshape(G * k, P, c), idx, state, s, rates, noise, data.ahead)
         coef = _per_row(coef_parts.view(G, k, P, c), part, data)  # each row's coefficients, c × G × k × M
     residual = probs - constants[:c]
     if coef is not None:
@@ -384,7 +393,7 @@ def _two_class_residual(z: torch.Tensor, constants: torch.Tensor, mask: torch.Te
         part, P = _part_rows(constants, mask, data), rates.n_parts
         H0 = _part_sums(hist0[None], part, mask, data, P)  # line 2
         H = torch.cat([H0, _part_counts(part, mask, data, P) - H0], 3)
-        H, coef_parts, estimates = _release(H.reshape(G * k, P, 2), idx, state, s, rates, noise)
+        H, coef_parts, estimates = _release(H.reshape(G * k, P, 2), idx, state, s, rates, noise, data.ahead)
         gap = (coef_parts[..., 0] - coef_parts[..., 1]).view(G, k, P, 1)  # a₀ − a₁ per part
         row_gap = _per_row(gap, part, data)[0]
         r0 = torch.ops.aten.sigmoid_backward(row_gap, p0).add_(r0)  # + p₀(1 − p₀)(a₀ − a₁), one pass for the product
@@ -495,6 +504,125 @@ def _step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRate
     return apply_release(state, s, step_release(state, data, s, rates, products, budget))
 
 
+# ---------------------------------------------------------------- the step a device runs ahead on
+
+COMPACT = 0.75  # an ahead pack leaves its finished configurations out of its steps once the live ones are at most this share
+
+
+class ExactBatches:
+    """The Poisson batches of D distinct (stream, rate) pairs drawn exactly, as a run alone draws them
+    (:func:`~raco_bench.privacy.counter_rng.poisson_rows`: as many rounds as a batch needs, read back to the host): the
+    draws :class:`AheadSteps` takes a stretch of steps again with where a fixed-width batch may have been cut."""
+
+    def __init__(self, streams: torch.Tensor, rates: torch.Tensor, n: int, source: rng.Keystream) -> None:
+        self.streams, self.rates, self.n, self.source = streams, rates, n, source
+
+    def at(self, t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows, valid = rng.poisson_rows(rng.stream_keys(self.streams, t, rng.BATCH, self.source), self.n, self.rates)
+        return rows, valid, torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
+
+
+def ahead_step(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts,
+               batches: FixedBatches | ExactBatches, laplace: DrawAhead | None, gaussian: DrawAhead | None) -> tuple[PackState, torch.Tensor]:
+    """Step ``state.step + 1`` of every configuration of ``s`` in one pass, without reading anything back to the host:
+    the batches at the pack's fixed width (``batches``), every configuration reading its distinct batch's rows by index
+    (one product per configuration, whatever groups share a batch), the noise of the step from blocks drawn ahead on the
+    device, and the configurations past their T computing as the others do and keeping their state (a live mask, not
+    an index). Returns the state and whether a live configuration's batch may have been cut at the fixed width (a
+    device bool)."""
+    t = state.step + 1
+    rows, valid, cut = batches.at(t)
+    which = s.batch_draws[1]
+    noise = StepNoise(rows, valid, laplace.at(t) if laplace is not None else None, gaussian.at(t) if gaussian is not None else None, which, [])
+    grad_w, grad_b, estimates, H = _gradients(slice(None), rows.shape[1], state, data, s, rates, noise, products)
+    new = apply_release(state, s, PackRelease(grad_w, grad_b, H, estimates))
+    live = s.steps >= t
+    kept = lambda a, b: torch.where(live.view(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
+    out = PackState(kept(new.weight, state.weight), kept(new.bias, state.bias), kept(new.lam, state.lam), kept(new.velocity, state.velocity),
+                    kept(new.estimates, state.estimates), t)
+    return out, (cut[which] & live).any()
+
+
+class AheadSteps:
+    """A pack's steps on a device, queued without waiting for the host (docs/packs.md, "The GPU path").
+
+    Between two evaluations nothing is read back: every shape is fixed (the batch width is the pack's widest rate's
+    mean + 6 sd + 16, :class:`~raco_bench.packs.draws.FixedBatches`), the live set is a mask, the noise is drawn on the
+    device, and the step is one pass over every configuration (:func:`ahead_step`), so the number of operations per
+    step does not depend on K, on how many configurations share a batch, or on their batch sizes. Which
+    configurations are live is known on the host from their T; once the finished ones are more than a quarter of those
+    stepped (:data:`COMPACT`), the pack leaves them out (a new index, made at the step after their last evaluation).
+
+    A batch whose gaps have not reached the last row within the fixed width (more than 6 sd above its mean: about one
+    draw in 10⁹) is flagged on the device; :meth:`settle`, which the driver calls before it reads anything (an
+    evaluation, a checkpoint, the end), reads the flags once and, where one is set, takes the steps since the last
+    settle again from the state before them with exact draws (:class:`ExactBatches`). Every draw is a function of
+    (stream, step, purpose), so those steps end exactly as a run alone's."""
+
+    def __init__(self, settings: PackSettings, data: PackData, rates: CompiledRates | None, products: RowProducts) -> None:
+        self.settings, self.data, self.rates, self.products = settings, data, rates, products
+        self.T = settings.steps.tolist()  # read once, before the first step
+        self.T_np = np.asarray(self.T)
+        self.active: np.ndarray | None = None  # the configurations stepped (None: all)
+        self.index: torch.Tensor | None = None  # the same, on the device
+        distinct = settings.batch_draws[0]
+        self.width = FixedBatches(distinct[:, 0], distinct[:, 1].view(torch.float64), data.n, settings.source, max(self.T)).width
+        self._use(settings)
+        self.cut = torch.zeros((), dtype=torch.bool, device=data.X.device)  # whether a batch since the last settle may have been cut
+        self.pending = False  # steps were taken since the last settle
+        self.since: PackState | None = None  # the state before the first of them
+
+    def _use(self, s: PackSettings) -> None:
+        """Step the configurations of ``s``: what a step needs of them is found now, on the host, never inside a step."""
+        s.switches, s.batch_list  # noqa: B018 - cached properties, computed here
+        distinct = s.batch_draws[0]
+        streams, rates, last = distinct[:, 0], distinct[:, 1].view(torch.float64), max(self.T)
+        c, d, P = self.data.n_classes, self.data.X.shape[1], self.data.n_parts
+        self.stepped = s
+        K, D = s.size, int(streams.shape[0])
+        self.batches = FixedBatches(streams, rates, self.data.n, s.source, last, self.width, ahead_steps(D, self.width))
+        self.exact = ExactBatches(streams, rates, self.data.n, s.source)
+        self.laplace = (DrawAhead(s.seeds, rng.LAPLACE, P * c, rng.laplace, s.source, last, ahead_steps(K, 2 * P * c))
+                        if s.private and s.constrained else None)
+        self.gaussian = DrawAhead(s.seeds, rng.GAUSSIAN, c * d + c, rng.normal, s.source, last, ahead_steps(K, c * d + c)) if s.private else None
+
+    def _ahead_step(self, state: PackState, batches) -> tuple[PackState, torch.Tensor]:
+        part = take_rows(state, self.index) if self.active is not None else state
+        part, cut = ahead_step(part, self.data, self.stepped, self.rates, self.products, batches, self.laplace, self.gaussian)
+        return (put_rows(state, self.index, part) if self.active is not None else part), cut
+
+    def step(self, state: PackState) -> PackState:
+        t = state.step + 1
+        stepped = self.T_np if self.active is None else self.T_np[self.active]
+        live = int((stepped >= t).sum())  # on the host, from the T's: a few microseconds for thousands
+        if not live:
+            return state
+        if live <= COMPACT * len(stepped):  # only after some configuration's last step, which it evaluated
+            state = self.settle(state)
+            self.active = np.flatnonzero(self.T_np >= t)
+            self.index = torch.tensor(self.active, device=state.weight.device)
+            self._use(take_rows(self.settings, self.index))
+        if not self.pending:
+            self.since, self.pending = state, True
+        state, cut = self._ahead_step(state, self.batches)
+        self.cut = self.cut | cut
+        return state
+
+    def settle(self, state: PackState) -> PackState:
+        """``state`` once every step since the last settle is known to have drawn its batches whole: one read of the
+        flags; where one is set, those steps taken again with exact draws."""
+        if not self.pending:
+            return state
+        cut, self.pending = bool(self.cut), False
+        if not cut:
+            return state
+        self.cut = torch.zeros_like(self.cut)
+        redo, end = self.since, state.step
+        while redo.step < end:
+            redo, _ = self._ahead_step(redo, self.exact)
+        return redo
+
+
 # ---------------------------------------------------------------- the engine the pack driver builds
 
 
@@ -532,7 +660,10 @@ def lagrangian_settings(runs: list, constrained: bool | None = None, private: bo
 
 
 class LagrangianEngine(Engine):
-    """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack."""
+    """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack; ``ahead`` (default: on any device but the CPU) takes
+    the steps a device runs ahead on (:class:`AheadSteps`)."""
+
+    runs_ahead = True
 
     @classmethod
     def blocker(cls, run) -> str | None:
@@ -544,7 +675,7 @@ class LagrangianEngine(Engine):
     def pack_key(cls, run) -> tuple:
         return tuple(run.ctx.plan.data.table.shape)  # one layout of the training tensors per pack
 
-    def __init__(self, runs: list, products: RowProducts | None = None) -> None:
+    def __init__(self, runs: list, products: RowProducts | None = None, ahead: bool | None = None) -> None:
         first = runs[0]
         self.settings = lagrangian_settings(runs)
         self.steps = self.settings.steps
@@ -552,12 +683,37 @@ class LagrangianEngine(Engine):
         K, J, dev = len(runs), init[0].lam.shape[0], first.ctx.device
         self.state = PackState(torch.stack([i.params["weight"] for i in init]), torch.stack([i.params["bias"] for i in init]),
                                torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), torch.zeros(K, J, device=dev), 0)
-        self.method, self.data = first.method, PackData.of(first.ctx.plan.data)
+        self.method, self.data = first.method, PackData.of(first.ctx.plan.data, ahead=ahead)
         self.rates = first.ctx.rates if first.method.constrained else None
         self.products = products or rows_for(dev)
+        self.ahead = AheadSteps(self.settings, self.data, self.rates, self.products) if self.data.ahead else None
+        self._host: PackState | None = None  # the state on the host as of its step (ahead: read at settle)
 
     def step(self) -> None:
-        self.state = pack_step(self.state, self.data, self.settings, self.rates, self.products)
+        if self.ahead is not None:
+            self.state = self.ahead.step(self.state)
+        else:
+            self.state = pack_step(self.state, self.data, self.settings, self.rates, self.products)
+
+    def settle(self) -> None:
+        """Before anything of the state is read (ahead: the flags of cut batches, then the state on the host in one
+        transfer, for :meth:`params` and :meth:`report`)."""
+        if self.ahead is None:
+            return
+        self.state = st = self.ahead.settle(self.state)
+        if st.weight.device.type != "cpu":
+            parts = (st.weight, st.bias, st.lam, st.estimates)
+            host = torch.cat([x.reshape(x.shape[0], -1) for x in parts], 1).cpu().split([x[0].numel() for x in parts], 1)  # one transfer
+            w, b, lam, est = (h.reshape(x.shape) for h, x in zip(host, parts))
+            self._host = PackState(w, b, lam, lam, est, st.step)
+
+    def _read(self) -> PackState:
+        """The state to read a configuration's values from: the host copy :meth:`settle` made, where it is current."""
+        return self._host if self._host is not None and self._host.step == self.state.step else self.state
+
+    def params(self, k: int) -> dict:
+        return self._read().params(k)
 
     def report(self, k: int) -> dict:
-        return lagrangian_report(self.method, self.state.lam[k], self.state.estimates[k])
+        state = self._read()
+        return lagrangian_report(self.method, state.lam[k], state.estimates[k])

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from dp_accounting.dp_event import SelfComposedDpEvent
 
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import batch_choices, check_batch, plan_steps, selection_note, train_tensors
@@ -29,7 +28,6 @@ from raco_bench.methods.lagrangian.audit import lagrangian_view
 from raco_bench.methods.lagrangian.engine import LagrangianEngine
 from raco_bench.methods.lagrangian.step import StepSettings, TrainState, lagrangian_report, sgda_step
 from raco_bench.models import build_model
-from raco_bench.privacy import events
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon, smallest_noise_within
 from raco_bench.privacy.calibration import NO_NOISE_SUFFICES, StepNoiseProblem, StepsProblem
 from raco_bench.privacy.counter_rng import Stream
@@ -215,6 +213,10 @@ class LagrangianSGDA(Method):
             raise ValueError(f"method {self.name}: step_budget=steps calibrates σ for T = {min(hyper.train_steps, budget.max_steps)} "
                              f"(train_steps, capped at max_steps) but the event asks for T = {budget.steps}, which overspends the "
                              "budget; pass the T the run trained")
+        from dp_accounting.dp_event import SelfComposedDpEvent  # here: the plugin trains where dp-accounting is absent (a kit)
+
+        from raco_bench.privacy import events
+
         mech = self.step_mechanism(self.resolved(hyper, n_train, budget), n_train)
         return events.compose(SelfComposedDpEvent(events.step_event(mech), int(budget.steps)), events.selection_event(budget.selection))
 
