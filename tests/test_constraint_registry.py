@@ -277,3 +277,54 @@ def test_a_toy_family_is_one_registry_entry_and_is_trained_evaluated_logged_and_
     assert {"pareto.png", "tpr_gap.png"} <= names, names
     runs_csv = pd.read_csv(tmp_path / "report" / "runs.csv")
     assert math.isfinite(runs_csv["test_tpr_gap"].iloc[0])
+
+
+# ------------------------------------------------------------------------------------------ a spec equal to a built-in family
+def dp_spec(task: Task) -> str:
+    """Demographic parity (eqs. 7, 13) written as a custom spec: P(ŷ=k | a) − P(ŷ=k | not a) for every class k and group a,
+    in the builder's order (class-major)."""
+    return "; ".join(f"P(pred={k} | group={a}) - P(pred={k} | group!={a})" for k in task.class_names for a in task.group_names)
+
+
+def eo_spec(task: Task) -> str:
+    """Equalized odds (eqs. 14-16) as a spec: P(ŷ=k | y, a) − P(ŷ=k | y, not a) for every k, y, a, in the builder's order."""
+    return "; ".join(f"P(pred={k} | label={y}, group={a}) - P(pred={k} | label={y}, group!={a})"
+                     for k in task.class_names for y in task.class_names for a in task.group_names)
+
+
+EQUAL = {"demographic-parity": dp_spec, "equalized-odds": eo_spec, "false-negative-rate": lambda task: "FNR()"}
+
+
+@pytest.mark.parametrize("name", list(EQUAL))
+def test_a_spec_equal_to_a_builtin_family_gives_its_constraint_values(name, one_torch_thread):
+    """Written as text, each built-in family's constraints give the built-in family's values, constraint by constraint:
+    hard values of 8 random linear models on the synthetic test split (through the evaluation a run uses), and soft
+    values from a histogram of random probabilities on a three-group, three-class task (DP and EO; the FNR spec is for
+    binary labels). A wrong sign, weight, subset or partition in the spec's compilation makes them differ."""
+    from raco_bench.data import load_dataset
+    from raco_bench.training.evaluation import EvalSplit, evaluate_linear
+
+    ds = load_dataset(schema=EXAMPLE / "synthetic.yaml")
+    task = Task.of(ds)
+    builtin, written = FAMILIES[name].problem(task, 0.05), custom_family("written", EQUAL[name](task)).problem(task, 0.05)
+    assert written.partition == builtin.partition and written.n_constraints == builtin.n_constraints
+    gen = torch.Generator().manual_seed(0)
+    K, d = 8, ds.test.X.shape[1]
+    weight, bias = torch.randn(K, 2, d, generator=gen, dtype=torch.float64), torch.randn(K, 2, generator=gen, dtype=torch.float64)
+    values = []
+    for problem in (builtin, written):
+        split = EvalSplit.for_problem(ds.test, problem, torch.device("cpu"))
+        split = EvalSplit(split.X.double(), split.y, split.group, split.parts)
+        rates = problem.compile(dtype=torch.float64)
+        metrics = evaluate_linear(weight, bias, split, [1.0] * K, ds.n_groups, ds.n_classes, rates, torch.full((K, problem.n_constraints), 0.05,
+                                                                                                              dtype=torch.float64))
+        values.append(np.array([m["constraint_values"] for m in metrics]))
+    assert np.ptp(values[0]) > 0.05  # the models' values differ: the comparison can see a wrong constraint
+    np.testing.assert_allclose(values[1], values[0], rtol=0, atol=1e-12)
+    if name != "false-negative-rate":
+        problems = [FAMILIES[name].problem(THREE, 0.05), custom_family("written", EQUAL[name](THREE)).problem(THREE, 0.05)]
+        probs = torch.softmax(2 * torch.randn(90, 3, generator=gen, dtype=torch.float64), 1)
+        parts = torch.as_tensor(problems[0].partition.assign(np.arange(90) % 3, (np.arange(90) // 3) % 3))
+        soft = [p.compile(dtype=torch.float64) for p in problems]
+        np.testing.assert_allclose(soft[1].values(soft[1].histogram(probs, parts)).numpy(), soft[0].values(soft[0].histogram(probs, parts)).numpy(),
+                                   rtol=0, atol=1e-12)
