@@ -31,7 +31,7 @@ REL_TOL = 0.01
 def toy_problem(n: int = 900, d: int = 60, groups: int = 3, seed: int = 0, problem=None):
     """A small data set with one small group (so n̂ matters) and feature norms around the clip, under ``problem`` (a
     :class:`~raco_bench.constraints.problem.RateProblem` on ``groups`` groups and two classes; default demographic parity)."""
-    from raco_bench.training.tensors import TrainData
+    from raco_bench.data.tensors import TrainData
 
     gen = torch.Generator().manual_seed(seed)
     X = torch.randn(n, d, generator=gen, dtype=torch.float64) * 0.4

@@ -33,8 +33,8 @@ BINARY, THREE = Task(("a", "b"), ("no", "yes")), Task(("a", "b", "c"), ("x", "y"
 
 def missing_parts(fam: Family) -> list[str]:
     """What a registered family fails to declare, as the suite reads it; empty when complete."""
+    from raco_bench.records.results import columns
     from raco_bench.report.references import quantities
-    from raco_bench.sweeps.results import columns
     from raco_bench.sweeps.trial import curve_keys, metric_keys
     from raco_bench.training.evaluation import fairness_gaps
 
@@ -243,9 +243,9 @@ def test_a_toy_family_is_one_registry_entry_and_is_trained_evaluated_logged_and_
     """Registered by one entry (and its gap metric), the toy family trains under RaCO-DP and SGDA in packs, each
     configuration's table row and run record its gap, its curve is logged, and the report draws its gap figure."""
     from raco_bench import tracking
+    from raco_bench.records.results import read_results
     from raco_bench.report.build import build_report
     from raco_bench.sweeps.plan import make_packs, make_trial
-    from raco_bench.sweeps.results import read_results
     from raco_bench.sweeps.spec import SweepSpec
     from raco_bench.sweeps.trial import execute_pack
 

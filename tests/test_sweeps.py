@@ -72,8 +72,8 @@ def test_phase1_plan_counts_and_keys():
 
 def test_a_trial_has_exactly_its_typed_keys_and_the_run_takes_every_unset_setting_from_runconfig():
     """The plan's record of a configuration is typed once (``Trial``); what it leaves out comes from RunConfig."""
+    from raco_bench.records.results import columns
     from raco_bench.sweeps.plan import PlannedTrial, Trial
-    from raco_bench.sweeps.results import columns
     from raco_bench.sweeps.trial import run_config, table_row
     from raco_bench.training.config import RunConfig
 

@@ -51,6 +51,7 @@ from baselines.dp_fermi.audit import fermi_view
 from baselines.dp_fermi.engine import FermiEngine
 from baselines.dp_fermi.ermi import linear_coefficients, project_frobenius, w_gradient_sum
 from raco_bench.constraints.families import Family, family
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import check_batch, selection_note, train_tensors
 from raco_bench.methods.space import ZeroOr
@@ -59,7 +60,6 @@ from raco_bench.privacy import events
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.calibration import NoiseProblem
 from raco_bench.privacy.counter_rng import GROUP_COUNTS, Stream
-from raco_bench.training.tensors import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
 # every step releases two blocks (θ, W) from one batch, each clipped and noised with the same multiplier σ

@@ -42,13 +42,13 @@ import torch
 from torch.func import grad, vmap
 
 from raco_bench.constraints.families import Family, family
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import batch_choices, check_batch, selection_note, train_tensors
 from raco_bench.methods.space import ZeroOr
 from raco_bench.models import LogisticRegression, build_model
 from raco_bench.privacy.batch_revealed import RevealedBatchNoise
 from raco_bench.privacy.counter_rng import GAUSSIAN, GROUP_COUNTS, SECOND_GAUSSIAN, Stream
-from raco_bench.training.tensors import TrainData
 
 PRIVACY_MODES = ("sensitive-attribute", "none")
 CONSTRAINTS = ("demographic-parity", "equalized-odds")  # the notions it enforces (a family's declared notion)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Context
 from raco_bench.privacy.accounting import epsilon
 from raco_bench.privacy.calibration import StepsProblem
-from raco_bench.training.tensors import TrainData
 
 BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
 

@@ -1,7 +1,7 @@
 """A study's data as files in the repository: one "part" per sweep, and a study as the union of its parts.
 
 A part is what one sweep contributes to a results page: its trained configurations' rows (phase 1 and phase 2, the
-columns of :func:`raco_bench.sweeps.results.columns`), the sweep's spec params (``sweep.*``), its provenance (command,
+columns of :func:`raco_bench.records.results.columns`), the sweep's spec params (``sweep.*``), its provenance (command,
 hardware, version), its wall time, its selections, its skipped counts and the store's ε of its runs (docs/privacy.md,
 "The store's ε"). In a study folder ``STUDY/`` it is two files:
 
@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 
 from raco_bench.constraints.families import Family, family
+from raco_bench.records.results import INTEGER, TEXT_DEFAULTS, columns
 from raco_bench.report.load import ReportError
-from raco_bench.sweeps.results import INTEGER, TEXT_DEFAULTS, columns
 
 FORMAT = 1  # the part files' layout; a reader refuses another
 PARTS = "parts"

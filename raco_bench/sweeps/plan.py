@@ -2,7 +2,7 @@
 
 A trial is a JSON-able dict typed by :class:`Trial` (it is what a pack carries to its Ray worker and what MLflow
 records), identified by a deterministic ``trial_key``. Its record after training is a row of
-:func:`raco_bench.sweeps.results.columns`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
+:func:`raco_bench.records.results.columns`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
 defaults (the defaults are written there only). Non-private methods do not depend on ε, so
 they run once (ε = None); methods trained without the slack γ (``gamma_is_input = False`` on the
 plugin) run once per ε and are selected for each γ from the same trials.

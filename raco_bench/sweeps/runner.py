@@ -34,6 +34,8 @@ from urllib.parse import quote
 from raco_bench import preflight, tracking
 from raco_bench.constraints.families import Task
 from raco_bench.packs.memory import DataShape
+from raco_bench.records.artifacts import RELEASED_ARTIFACT, SELECTIONS_ARTIFACT
+from raco_bench.records.results import read_results
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.configurations import LABEL_TAGS, log_configuration_runs
@@ -52,7 +54,6 @@ from raco_bench.sweeps.plan import (
     tpe_phase1,
 )
 from raco_bench.sweeps.registry import register_selected
-from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
@@ -279,7 +280,7 @@ def _resources(args) -> tuple[dict, str]:
 
 # --------------------------------------------------------------------------------------- results
 def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
-    """Every configuration a complete pack of this phase recorded (:func:`~raco_bench.sweeps.results.read_results`), as
+    """Every configuration a complete pack of this phase recorded (:func:`~raco_bench.records.results.read_results`), as
     trial-like dicts with its reported metrics; a missing validation constraint is inf (never feasible)."""
     out = []
     for row in read_results(uri, experiment_id, spec.sweep_id, phase).to_dict("records"):
@@ -509,7 +510,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     text += "\n" + rate_line(trained, n_trials, elapsed)
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
-    tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
+    tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), SELECTIONS_ARTIFACT)
     tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
@@ -697,7 +698,6 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
 
 
-RELEASED_ARTIFACT = "released_models.json"  # accounted tuning: what each repetition released, on the phase-1 parent
 STORE_LINES = ("The lines below describe the whole store, every candidate of every search and so each search's K: they are outside the "
                "released models' claim, and not to be published with a released model.")
 
