@@ -239,20 +239,16 @@ def toy_family(monkeypatch):
     return TOY
 
 
-def test_a_toy_family_is_one_registry_entry_and_is_trained_evaluated_logged_and_drawn(toy_family, tmp_path, one_torch_thread):
-    """Registered by one entry (and its gap metric), the toy family trains under RaCO-DP and SGDA in packs, each
-    configuration's table row and run record its gap, its curve is logged, and the report draws its gap figure."""
+def sweep_in_packs(spec, tmp_path: Path):
+    """Phase 1 (two seeds) and phase 2 (one seed) of RaCO-DP and SGDA at one ε and γ under ``spec``'s constraint, trained
+    in packs of 4 into a fresh store as a sweep's trials are (40 steps each), read back and reported: (uri, experiment id,
+    results table, report)."""
     from raco_bench import tracking
     from raco_bench.records.results import read_results
     from raco_bench.report.build import build_report
     from raco_bench.sweeps.plan import make_packs, make_trial
-    from raco_bench.sweeps.spec import SweepSpec
     from raco_bench.sweeps.trial import execute_pack
 
-    assert missing_parts(toy_family) == []
-    spec = SweepSpec(dataset="synthetic", constraint=TOY.name, epsilons=(8.0,), gammas=(0.1,), n_configs=1, phase1_seeds=2, phase2_seeds=1,
-                     max_steps=60, eval_every=20, randomness="reproducible")
-    assert set(spec.methods) >= {"raco-dp", "sgda"} and not set(spec.methods) & {"dp-fermi", "pf-ld"}  # they read the family's notion
     trials = [make_trial(spec, phase, method, 8.0 if method == "raco-dp" else None, 0.1, 0, {"batch_size": 64}, seed)
               for phase, seeds in ((1, (0, 1)), (2, (1000,))) for method in ("raco-dp", "sgda") for seed in seeds]
     for t in trials:
@@ -267,16 +263,52 @@ def test_a_toy_family_is_one_registry_entry_and_is_trained_evaluated_logged_and_
             execute_pack(pack, uri, exp, parent, "cpu")
     table = read_results(uri, exp, spec.sweep_id)
     assert len(table) == len(trials) and set(table["method"]) == {"raco-dp", "sgda"} and (table["skipped"] == "").all()
+    return uri, exp, table, build_report(spec.experiment, uri, tmp_path / "report", log_to_mlflow=False)
+
+
+def test_a_toy_family_is_one_registry_entry_and_is_trained_evaluated_logged_and_drawn(toy_family, tmp_path, one_torch_thread):
+    """Registered by one entry (and its gap metric), the toy family trains under RaCO-DP and SGDA in packs, each
+    configuration's table row and run record its gap, its curve is logged, and the report draws its gap figure."""
+    from raco_bench import tracking
+    from raco_bench.sweeps.spec import SweepSpec
+
+    assert missing_parts(toy_family) == []
+    spec = SweepSpec(dataset="synthetic", constraint=TOY.name, epsilons=(8.0,), gammas=(0.1,), n_configs=1, phase1_seeds=2, phase2_seeds=1,
+                     max_steps=60, eval_every=20, randomness="reproducible")
+    assert set(spec.methods) >= {"raco-dp", "sgda"} and not set(spec.methods) & {"dp-fermi", "pf-ld"}  # they read the family's notion
+    uri, exp, table, report = sweep_in_packs(spec, tmp_path)
     assert table["test_tpr_gap"].notna().all() and np.allclose(table["test_tpr_gap"], table["test_max_constraint"])  # 2 groups: the gap
     runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
     assert len(runs) == 2 and all("test_tpr_gap" in r.data.metrics for r in runs)  # the phase-2 runs
     history = tracking.client(uri).get_metric_history(runs[0].info.run_id, "eval/test_tpr_gap")
     assert [m.step for m in history] == [1, 20, 40]
-    report = build_report(spec.experiment, uri, tmp_path / "report", log_to_mlflow=False)
     names = {p.name for p in report.files}
     assert {"pareto.png", "tpr_gap.png"} <= names, names
     runs_csv = pd.read_csv(tmp_path / "report" / "runs.csv")
     assert math.isfinite(runs_csv["test_tpr_gap"].iloc[0])
+
+
+def test_a_custom_constraint_trained_in_packs_is_recorded_and_reported_with_its_value(tmp_path, one_torch_thread):
+    """A sweep's trials under a spec written on the command line: RaCO-DP and SGDA train in packs, every row and run
+    records the spec, the report's runs and Pareto figure carry its test value, labelled with the spec."""
+    from raco_bench import tracking
+    from raco_bench.sweeps.spec import SweepSpec
+
+    text = "|FNR(group=a) - FNR(group=b)|"
+    spec = SweepSpec(dataset="synthetic", constraint="fnr-gap", constraint_spec=text, epsilons=(8.0,), gammas=(0.1,), n_configs=1,
+                     phase1_seeds=2, phase2_seeds=1, max_steps=60, eval_every=20, randomness="reproducible")
+    assert set(spec.methods) >= {"raco-dp", "sgda"} and not set(spec.methods) & {"dp-fermi", "pf-ld"}
+    uri, exp, table, report = sweep_in_packs(spec, tmp_path)
+    assert (table["constraint"] == "fnr-gap").all() and (table["constraint_spec"] == text).all()
+    assert table["test_max_constraint"].between(0, 1).all()
+    runs = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
+    assert len(runs) == 2 and {r.data.params["run.constraint_spec"] for r in runs} == {text}
+    assert "pareto.png" in {p.name for p in report.files}
+    runs_csv = pd.read_csv(tmp_path / "report" / "runs.csv")
+    assert set(runs_csv["constraint_spec"]) == {text} and runs_csv["test_max_constraint"].notna().all()
+    from raco_bench.report.study import family_of
+
+    assert family_of(runs_csv).axis == f"test {text}"  # the Pareto figure's x-axis label: the spec
 
 
 # ------------------------------------------------------------------------------------------ a spec equal to a built-in family
