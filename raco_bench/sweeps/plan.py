@@ -291,10 +291,10 @@ GPU_PACK_LIMIT = 65_536  # configurations per GPU trial at most; a trial trains 
 
 def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
     """On a CPU: at least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations
-    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.packs.memory.largest_pack`).
+    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.training.pack_memory.largest_pack`).
     On GPUs: one trial per slot (a larger pack trains more configurations per second on a device), at most
     :data:`GPU_PACK_LIMIT`; the trial sizes its packs from the free memory of the device it lands on
-    (:func:`raco_bench.packs.memory.largest_pack_on_device`), so the host's memory does not limit it here."""
+    (:func:`raco_bench.training.pack_memory.largest_pack_on_device`), so the host's memory does not limit it here."""
     if gpu:
         return max(1, min(GPU_PACK_LIMIT, math.ceil(n_trials / max(slots, 1.0))))
     size = max(1, min(256, math.ceil(n_trials / max(2.0 * slots, 1.0))))
@@ -304,7 +304,7 @@ def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int],
 def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:
     """``fits(limit)`` for :func:`auto_pack_size`: the largest pack of these trials (their widest expected batch, their
     most evaluations) that the memory model (docs/packs.md, "Memory") fits in this node's share per slot."""
-    from raco_bench.packs.memory import evaluations_of, largest_pack, pack_budget
+    from raco_bench.training.pack_memory import evaluations_of, largest_pack, pack_budget
 
     budget = pack_budget(slots, shape, free)
     if budget is None or not trials:

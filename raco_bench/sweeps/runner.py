@@ -33,7 +33,6 @@ from urllib.parse import quote
 
 from raco_bench import preflight, tracking
 from raco_bench.constraints.families import Task
-from raco_bench.packs.memory import DataShape
 from raco_bench.records.artifacts import RELEASED_ARTIFACT, SELECTIONS_ARTIFACT
 from raco_bench.records.results import read_results
 from raco_bench.sweeps.arguments import parse_args
@@ -59,6 +58,7 @@ from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 from raco_bench.sweeps.tune_storage import drop_pack_folders, experiment_name, experiment_prefix, trial_name
 from raco_bench.training.health import OK, Evidence, Health, judge
+from raco_bench.training.pack_memory import DataShape
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 

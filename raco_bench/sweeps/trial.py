@@ -322,7 +322,7 @@ def device_pack_size(runs: list, dataset, device: str) -> int | None:
     """The most configurations one pack of ``runs`` takes on a CUDA ``device``: the memory model's largest pack
     (their widest expected batch, their most evaluations) in the device's free memory, read now, on the device the
     trial landed on (docs/packs.md, "The GPU path"); None on a CPU, where the sweep sized the pack."""
-    from raco_bench.packs.memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
+    from raco_bench.training.pack_memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
 
     free = device_free_memory(device)
     if free is None or not runs:
@@ -347,14 +347,14 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     ``key`` is the sweep's secret key (``randomness=secret``): every configuration of the pack draws from it, each
     from its own stream. It reaches the trial through Ray's object store and is written nowhere.
 
-    ``checkpoint`` (a :class:`raco_bench.packs.run.PackCheckpoint`) saves the pack's state while it trains and holds the
+    ``checkpoint`` (a :class:`raco_bench.training.pack.PackCheckpoint`) saves the pack's state while it trains and holds the
     state an earlier attempt saved: a retried pack continues from there and ends as an uninterrupted one.
     """
     import pandas as pd
     import torch
 
-    from raco_bench.packs.run import train_runs
     from raco_bench.training.loop import prepare_run
+    from raco_bench.training.pack import train_runs
 
     torch.set_num_threads(1)  # one CPU per trial
     first = pack["members"][0]
@@ -453,7 +453,7 @@ def tune_checkpoint(every_s: float):
     import torch
     from ray import tune
 
-    from raco_bench.packs.run import PackCheckpoint
+    from raco_bench.training.pack import PackCheckpoint
 
     restored = None
     found = tune.get_checkpoint()
