@@ -88,6 +88,8 @@ def _fmt(x) -> str:
 
 
 def _summary(result) -> str:
+    from raco_bench.constraints.gaps import gap_keys
+
     p, last, sel, rep = result.privacy, result.last, result.selected, result.reported
     lines = [
         f"dataset {result.dataset['name']} (n_train {result.dataset['n_train']}, {result.dataset['n_constraints']} constraints), "
@@ -119,8 +121,8 @@ def _summary(result) -> str:
         t = block["test"]
         viol = f", max violation {t['max_violation']:.4f}, constraints satisfied {t['satisfied']}"
         step = f" (step {block['step']})" if "step" in block else ""
-        fnr = f", fnr {t['fnr']:.4f}" if "fnr" in t else ""
-        lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, dp_gap {t['dp_gap']:.4f}, eo_gap {t['eo_gap']:.4f}{fnr}{viol}")
+        gaps = "".join(f", {k} {t[k]:.4f}" for k in gap_keys() if k in t)
+        lines.append(f"{label}{step}: test accuracy {t['accuracy']:.4f}, constraint value {t['max_constraint']:.4f}{gaps}{viol}")
     health = result.health
     if health["flags"]:
         lines.append(f"HEALTH: {health['verdict']}: the reported model is not worth reading: {health['text']} (docs/results.md, "
@@ -131,24 +133,30 @@ def _summary(result) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from raco_bench.constraints import BUILDERS
+    from raco_bench.constraints.families import Task, check_names, declared, family
     from raco_bench.data import DATASETS, load_dataset
-    from raco_bench.data.catalog import public_train_rows
+    from raco_bench.data.catalog import dataset_schema, public_train_rows
     from raco_bench.methods import get_method
     from raco_bench.training.loop import execute, prepare_run
 
-    cfg = RunConfig(dataset=_train_dataset(args), method=args.method, constraint=args.constraint, gamma=args.gamma,
+    dataset = _train_dataset(args)
+    if args.schema is None and dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of: {', '.join(DATASETS)}, or give your own with --data TABLE "
+                         "--schema SCHEMA (docs/datasets.md, \"Your own data\")")
+    schema = dataset_schema(dataset, args.schema)
+    constraint, spec = declared(args.constraint or (None if args.constraint_spec else RunConfig().constraint), args.constraint_spec,
+                                schema.constraints)
+    cfg = RunConfig(dataset=dataset, method=args.method, constraint=constraint, constraint_spec=spec, gamma=args.gamma,
                     epsilon=args.epsilon, delta=args.delta, seed=args.seed, steps=args.steps, device=args.device,
                     preprocessing=args.preprocessing, checkpoint=args.checkpoint, randomness=args.randomness,
                     train_metrics=args.train_metrics, schema=_absolute(args.schema), data=_absolute(args.data))
     sets = _parse_sets(args.set)
     cfg = cfg.with_overrides(sets)
-    if cfg.schema is None and cfg.dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {cfg.dataset!r}; choose one of: {', '.join(DATASETS)}, or give your own with --data TABLE "
-                         "--schema SCHEMA (docs/datasets.md, \"Your own data\")")
     method = get_method(cfg.method)
-    if cfg.constraint not in BUILDERS:
-        raise ValueError(f"unknown constraint {cfg.constraint!r}; choose one of: {', '.join(BUILDERS)}")
+    fam = family(cfg.constraint, cfg.constraint_spec)
+    check_names(fam, Task.of_schema(schema))  # a group, class or cell the schema does not declare: refused before anything is read
+    if (why := method.supports(fam)) is not None:
+        raise ValueError(f"{cfg.method} cannot train under {cfg.constraint!r}: {why}; choose another --method or --constraint")
     cfg.validate()
     cfg, batch_note = _default_batch(cfg, method, sets)
     from raco_bench import preflight, tracking
@@ -178,7 +186,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         randomness = f"secret, key kept in {args.key_file} (fingerprint {tracking.key_id(source.secret)})"
     else:
         randomness = "secret, a fresh key from the OS that is written nowhere"
-    print(f"training {cfg.method} on {cfg.dataset} ({cfg.constraint}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
+    shown = cfg.constraint + (f": {fam.summary}" if cfg.constraint_spec else "")
+    print(f"training {cfg.method} on {cfg.dataset} ({shown}, gamma={cfg.gamma}, epsilon={cfg.epsilon}, delta={cfg.delta:g}), "
           f"T = {run.ctx.steps}{batch_note}; randomness: {randomness}", file=sys.stderr)
     result = execute(run, progress=not args.quiet)
     print(_summary(result))
@@ -268,11 +277,13 @@ def _refuse_few_steps(run, cfg: RunConfig) -> None:
 def _refuse_below_noise_floor(dataset, cfg: RunConfig) -> None:
     """Refuse a gap constraint's γ below the test split's noise floor (docs/results.md, "Noise floor"): there only a model
     that predicts one class meets it, whatever it learns. Names the flag to change."""
-    if cfg.constraint not in ("demographic-parity", "equalized-odds"):
-        return  # only a gap constraint is met by a constant predictor at every γ, whatever the split's noise
+    from raco_bench.constraints.families import Task, family, met_by_every_constant
+
+    if not met_by_every_constant(family(cfg.constraint, cfg.constraint_spec).problem(Task.of(dataset), cfg.gamma)):
+        return  # only a gap constraint (differences of rates) is met by a constant predictor at every γ, whatever the split's noise
     from raco_bench.report.noise_floor import split_floor_row
 
-    test = split_floor_row(dataset, "test", cfg.constraint, draws=FLOOR_DRAWS)
+    test = split_floor_row(dataset, "test", cfg.constraint, draws=FLOOR_DRAWS, spec=cfg.constraint_spec)
     if cfg.gamma < test["floor_median"]:
         raise ValueError(f"gamma={cfg.gamma:g} is below the noise floor of {cfg.dataset}'s test split under {cfg.constraint} "
                          f"({test['floor_median']:.3f}: a rate measured on its smallest group, {test['smallest_group_rows']} test rows, moves "
@@ -510,7 +521,7 @@ def _set_keys_epilog() -> str:
 
 
 def _add_train(p: argparse.ArgumentParser) -> None:
-    from raco_bench.constraints import BUILDERS
+    from raco_bench.constraints.families import names
     from raco_bench.data import DATASETS
 
     d = RunConfig()
@@ -519,7 +530,12 @@ def _add_train(p: argparse.ArgumentParser) -> None:
                                                   "`raco-bench schema draft TABLE` proposes one); the dataset is the schema's name")
     p.add_argument("--data", default=None, help="with --schema: its table, CSV or Parquet (default: the file the schema names as `table`)")
     p.add_argument("--method", default=d.method, help=f"one of {', '.join(METHOD_NAMES)} (default: %(default)s)")
-    p.add_argument("--constraint", default=d.constraint, help=f"one of {', '.join(BUILDERS)} (default: %(default)s)")
+    p.add_argument("--constraint", default=None, help=f"one of {', '.join(names())}, or a constraint your schema declares (its `constraints` "
+                                                      f"key); with --constraint-spec, that spec's name (default: {d.constraint})")
+    p.add_argument("--constraint-spec", default=None, metavar="SPEC",
+                   help="a custom rate constraint: a linear combination of rates over (label, group) cells, at most gamma, e.g. "
+                        "'FNR(group=a) - FNR(group=b)' or '|PR(group=a) - PR(group=b)|' (docs/constraints.md); named 'custom' unless "
+                        "--constraint names it")
     p.add_argument("--gamma", type=float, default=d.gamma, help="constraint slack, the target γ (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=d.epsilon, help="privacy budget ε (default: %(default)s)")
     p.add_argument("--delta", type=float, default=d.delta, help="privacy δ (default: %(default)s)")

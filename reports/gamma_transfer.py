@@ -14,7 +14,7 @@ import time
 import pandas as pd
 
 from raco_bench.data import load_dataset
-from raco_bench.packs.run import train_runs
+from raco_bench.training.pack import train_runs
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import prepare_run

@@ -135,7 +135,7 @@ import sys, time
 import torch
 from raco_bench.benchmarks import throughput as tp
 from raco_bench.data import load_dataset
-from raco_bench.packs.run import train_runs
+from raco_bench.training.pack import train_runs
 from raco_bench.privacy.calibration import CalibrationCache
 
 device, K, kit = sys.argv[1], int(sys.argv[2]), tp.Kit.load(sys.argv[3])

@@ -28,15 +28,16 @@ from raco_bench.privacy.counter_rng import Stream
 REL_TOL = 0.01
 
 
-def toy_problem(n: int = 900, d: int = 60, groups: int = 3, seed: int = 0):
-    """A small data set with one small group (so n̂ matters) and feature norms around the clip."""
-    from raco_bench.training.tensors import TrainData
+def toy_problem(n: int = 900, d: int = 60, groups: int = 3, seed: int = 0, problem=None):
+    """A small data set with one small group (so n̂ matters) and feature norms around the clip, under ``problem`` (a
+    :class:`~raco_bench.constraints.problem.RateProblem` on ``groups`` groups and two classes; default demographic parity)."""
+    from raco_bench.data.tensors import TrainData
 
     gen = torch.Generator().manual_seed(seed)
     X = torch.randn(n, d, generator=gen, dtype=torch.float64) * 0.4
     y = torch.randint(0, 2, (n,), generator=gen)
     group = torch.multinomial(torch.tensor([0.6, 0.35, 0.05][:groups] if groups == 3 else [1.0] * groups), n, True, generator=gen)
-    problem = demographic_parity(groups, 2, 0.02)
+    problem = problem if problem is not None else demographic_parity(groups, 2, 0.02)
     parts = torch.as_tensor(problem.partition.assign(y.numpy(), group.numpy()))
     data = TrainData.build(X, y, 2, parts, problem.partition.n_parts)
     return data, problem.compile(dtype=torch.float64), problem
@@ -134,11 +135,12 @@ def check_laplace_noise(step_mod, steps: int = 5000) -> None:
     assert abs(float(e.mean())) < 5 * math.sqrt(2) * s.laplace_scale / math.sqrt(e.numel())
 
 
-def check_sensitivity(step_mod, trials: int = 40) -> None:
+def check_sensitivity(step_mod, trials: int = 40, problem=None) -> None:
     """D versus D ∪ {x} through the real step with the same draws and the released Ĥ held fixed (the
     Laplace draw absorbs x's histogram row): the released Ĥ and Γ̂ are identical and the parameters
-    differ by at most (lr/B)·C, i.e. the clipped gradient sum has L2 sensitivity C given the release."""
-    data, rates, problem = toy_problem(n=400, d=30, seed=2)
+    differ by at most (lr/B)·C, i.e. the clipped gradient sum has L2 sensitivity C given the release. ``problem``: the
+    constraint (three groups, two classes; default demographic parity), e.g. a custom family's."""
+    data, rates, problem = toy_problem(n=400, d=30, seed=2, problem=problem)
     model = LogisticRegression(data.X.shape[1], 2)
     s = settings(step_mod, data.n, q=0.25)
     # x: a large-norm row in the smallest group, so that an unclipped or misnormalised term shows

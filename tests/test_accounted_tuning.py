@@ -328,8 +328,8 @@ def test_an_accounted_sweep_releases_models_and_its_report_says_so(tmp_path):
 
     from raco_bench import tracking
     from raco_bench.privacy.counter_rng import load_or_create_key
+    from raco_bench.records.results import read_results
     from raco_bench.report.build import build_report
-    from raco_bench.sweeps.results import read_results
 
     key = tmp_path.parent / f"{tmp_path.name}.key"  # the sweep's key file, beside (not inside) its folder
     args = ["--methods", "raco-dp", "sgda", "--epsilons", "1", "--gammas", "0.1", "--tuning", "accounted", "--tuning-mean", "3",

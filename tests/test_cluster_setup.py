@@ -116,7 +116,7 @@ def test_cluster_yaml_ships_the_checkout_without_stores_results_reports_or_local
     for folder in ("results", "reports", "mlartifacts"):
         assert not any(p.startswith(folder + "/") for p in shipped), folder
         assert _excluded(f"{folder}/x", config["rsync_exclude"])
-    assert "raco_bench/sweeps/results.py" in shipped and "raco_bench/report/build.py" in shipped  # only the top-level folders go
+    assert "raco_bench/records/results.py" in shipped and "raco_bench/report/build.py" in shipped  # only the top-level folders go
     assert "sweeps/adult.py" in shipped and "cluster-requirements.txt" in shipped
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {"results", "reports", "mlartifacts", ".git", ".venv"} <= set(ignored)  # the KubeRay image leaves out the same

@@ -134,9 +134,9 @@ def plant(monkeypatch, bugs) -> list[str]:
 def test_each_planted_engine_noise_bug_turns_the_direct_check_red(name, monkeypatch, adult):
     """The bug planted in the engines and in the single-run steps at once: a pack still equals its run alone (the
     equivalence is blind to it), and the direct measurement of every engine it reaches goes red."""
-    from raco_bench.packs.run import train_pack
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import execute, prepare_run
+    from raco_bench.training.pack import train_pack
 
     bug = ENGINE_NOISE_BUGS[name]
     planted = plant(monkeypatch, bug.bugs)

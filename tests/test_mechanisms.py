@@ -8,11 +8,11 @@ import torch
 from scipy import stats
 
 from raco_bench.constraints import demographic_parity
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.lagrangian.step import StepSettings, TrainState, sgda_step
 from raco_bench.models import MLP, LogisticRegression
 from raco_bench.objective import lagrangian_residual, lagrangian_value, tempered_softmax
 from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.tensors import TrainData
 
 
 def _toy_data(n=40, d=3, c=2, G=2, seed=0):

@@ -17,14 +17,15 @@ from raco_bench.training.evaluation import EvalSplit
 HALF_NORMAL_MEDIAN = 0.6745  # median of |N(0, 1)|
 
 
-def _two_groups(n0: int, n1: int, constraint: str) -> EvalSplit:
-    """Two groups of n0 and n1 rows, labels alternating, with each row's part under ``constraint``."""
-    from raco_bench.constraints.builders import build_constraint
+def _two_groups(n0: int, n1: int, constraint: str):
+    """Two groups of n0 and n1 rows, labels alternating, with each row's part under ``constraint``, and its rate problem."""
+    from raco_bench.constraints import build_constraint
 
     group = torch.cat([torch.zeros(n0, dtype=torch.long), torch.ones(n1, dtype=torch.long)])
     y = torch.arange(n0 + n1) % 2
-    parts = build_constraint(constraint, 2, 2, 0.0).partition.assign(y.numpy(), group.numpy())
-    return EvalSplit(torch.zeros(n0 + n1, 1), y, group, torch.as_tensor(parts))
+    problem = build_constraint(constraint, 2, 2, 0.0)
+    parts = problem.partition.assign(y.numpy(), group.numpy())
+    return EvalSplit(torch.zeros(n0 + n1, 1), y, group, torch.as_tensor(parts)), problem
 
 
 def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_thread):
@@ -32,8 +33,8 @@ def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_t
     |N(0, s)| with s = ½·√(1/n₀ + 1/n₁). A floor that divides by the wrong count, or measures the constraint of the
     wrong rates, misses it."""
     for n0, n1 in ((400, 100), (2000, 2000)):
-        split = _two_groups(n0, n1, "demographic-parity")
-        median, p90 = split_floor(split, 2, 2, "demographic-parity", draws=2000)
+        split, problem = _two_groups(n0, n1, "demographic-parity")
+        median, p90 = split_floor(split, problem, draws=2000)
         expected = HALF_NORMAL_MEDIAN * 0.5 * math.sqrt(1 / n0 + 1 / n1)
         assert abs(median - expected) < 0.08 * expected, (n0, n1, median, expected)
         assert p90 > median
@@ -42,8 +43,8 @@ def test_the_floor_of_a_gap_is_the_sampling_noise_of_two_group_rates(one_torch_t
 def test_a_one_sided_bound_has_a_floor_too(one_torch_thread):
     """The FNR bound (binary: one constraint, the positives' false-negative rate) deviates both ways: its floor is
     the median of |N(0, ½/√n₊)|, not of a signed deviation (about 0)."""
-    split = _two_groups(400, 100, "false-negative-rate")
-    median, _ = split_floor(split, 2, 2, "false-negative-rate", draws=2000)
+    split, problem = _two_groups(400, 100, "false-negative-rate")
+    median, _ = split_floor(split, problem, draws=2000)
     expected = HALF_NORMAL_MEDIAN * 0.5 / math.sqrt(int(split.y.sum()))
     assert abs(median - expected) < 0.08 * expected, (median, expected)
 

@@ -14,11 +14,11 @@ from raco_bench.methods.lagrangian.engine import LagrangianEngine
 from raco_bench.packs import draws as pack_draws
 from raco_bench.packs.draws import FixedBatches
 from raco_bench.packs.rows import GatheredRows, IndexedRows
-from raco_bench.packs.run import train_pack
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
+from raco_bench.training.pack import train_pack
 
 DEVICE_FORM = Keystream(SOURCE.secret, cpu_loop=False)  # the secret words as a GPU computes them (torch integer operations)
 

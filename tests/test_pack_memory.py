@@ -1,4 +1,4 @@
-"""The memory model of a pack and the pack size it gives a sweep (raco_bench/packs/memory.py; docs/packs.md, "Memory").
+"""The memory model of a pack and the pack size it gives a sweep (raco_bench/training/pack_memory.py; docs/packs.md, "Memory").
 
 The model against measured peaks is a benchmark (`raco-bench bench memory`), never a test; these check its structure
 and how a sweep uses it."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from raco_bench.packs.memory import PROCESS_BYTES, DataShape, estimate, evaluations_of, largest_pack, pack_budget
 from raco_bench.sweeps.plan import auto_pack_size, pack_memory_fit, phase1_trials
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.training.pack_memory import PROCESS_BYTES, DataShape, estimate, evaluations_of, largest_pack, pack_budget
 
 ADULT = DataShape(n_train=28_829, n_features=104, n_classes=2, n_parts=4, eval_rows=9_611)
 HEART = DataShape(n_train=161_722, n_features=30, n_classes=2, n_parts=4, eval_rows=44_139)
@@ -83,7 +83,7 @@ def test_a_gpu_pack_is_the_largest_the_devices_free_memory_fits():
     """A GPU trial sizes its packs from its device's free memory (docs/packs.md, "The GPU path"): the largest K whose GPU
     estimate, less the host's history, fits 80 % of the free memory less the dataset's tensors; more free memory or
     fewer distinct batch streams, a larger pack."""
-    from raco_bench.packs.memory import FREE_SHARE_GPU, largest_pack_on_device
+    from raco_bench.training.pack_memory import FREE_SHARE_GPU, largest_pack_on_device
 
     def on_device(k: int, streams: int | None = None) -> int:
         return estimate([1024.0] * k, [202] * k, ADULT.n_train, ADULT.n_features, 2, 4, ADULT.eval_rows, gpu=True, selection=True,
@@ -104,7 +104,7 @@ def test_a_trial_trains_its_configurations_in_packs_of_at_most_max_pack(adult, m
     """``train_runs(max_pack=)``: consecutive packs of at most that many, each configuration ending as in one pack."""
     from test_packs import MIXED, _assert_same, _runs
 
-    from raco_bench.packs import run as pack_run
+    from raco_bench.training import pack as pack_run
 
     sizes = []
     real = pack_run.train_pack

@@ -12,12 +12,12 @@ import torch
 from baselines.dp_fermi.engine import FermiEngine
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, pack_step, slot_bytes
 from raco_bench.packs.rows import GatheredRows, IndexedRows
-from raco_bench.packs.run import PackCheckpoint, pack_blocker, train_pack, train_runs
 from raco_bench.packs.tensors import chunks
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.privacy.counter_rng import Keystream
 from raco_bench.training.config import RunConfig
 from raco_bench.training.loop import execute, prepare_run
+from raco_bench.training.pack import PackCheckpoint, pack_blocker, train_pack, train_runs
 
 # a pack mixing batch sizes, noise levels, dual rules, targets, seeds and step counts
 MIXED = [

@@ -13,8 +13,8 @@ from test_packs import _runs as runs_on
 from test_shared_batches import SHARED
 
 from raco_bench.methods.lagrangian.engine import LagrangianEngine
-from raco_bench.packs.run import train_pack
 from raco_bench.training.loop import execute
+from raco_bench.training.pack import train_pack
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 

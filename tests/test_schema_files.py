@@ -285,14 +285,18 @@ def test_a_run_on_a_draft_says_so_and_the_public_size_is_checked_before_loading(
 
 
 # ------------------------------------------------------------------------------------------- end to end
-# The worked example end to end, made in the background from the start of the session (tests/stores.py): a sweep of the
-# papers' protocol (reduced) on the shipped CSV, then one `raco-bench train` run on it, into one store.
+# The worked examples end to end, made in the background from the start of the session (tests/stores.py): a sweep of the
+# papers' protocol (reduced) on the shipped CSV under the custom constraint its schema declares (docs/constraints.md), then
+# one `raco-bench train` run on it under a constraint written on the command line, into one store.
+FNR_GAP = "|FNR(group=a) - FNR(group=b)|"  # examples/synthetic/synthetic.yaml, constraints: fnr-gap
+TRAIN_SPEC = "FNR(group=a) - FNR(group=b)"
 USER_TABLE = stores.background(
     "user_table_store",
-    [sys.executable, "-m", "raco_bench.cli", "sweep", "--schema", str(EXAMPLE / "synthetic.yaml"), "--smoke", "--methods", "raco-dp", "sgda",
-     "--max-steps", "100", "--epsilons", "3", "--gammas", "0.2", "--yes", "--key-file", "{key}"],
+    [sys.executable, "-m", "raco_bench.cli", "sweep", "--schema", str(EXAMPLE / "synthetic.yaml"), "--constraint", "fnr-gap", "--smoke",
+     "--methods", "raco-dp", "sgda", "--max-steps", "100", "--epsilons", "3", "--gammas", "0.2", "--yes", "--key-file", "{key}"],
     [sys.executable, "-m", "raco_bench.cli", "train", "--data", str(EXAMPLE / "synthetic.csv"), "--schema", str(EXAMPLE / "synthetic.yaml"),
-     "--method", "raco-dp", "--steps", "30", "--set", "batch_size=64", "--quiet", "--key-file", "{key}", "--tracking-uri", "sqlite:///{cwd}/mlflow.db"],
+     "--method", "raco-dp", "--constraint-spec", TRAIN_SPEC, "--steps", "30", "--set", "batch_size=64", "--quiet", "--key-file", "{key}",
+     "--tracking-uri", "sqlite:///{cwd}/mlflow.db"],
     key="5c" * 32)
 
 
@@ -302,17 +306,20 @@ def user_table_store() -> Path:
 
 
 @pytest.mark.slow
-def test_a_sweep_and_a_run_on_a_users_csv_record_its_files_and_report(user_table_store, tmp_path):
+def test_a_sweep_and_a_run_on_a_users_csv_under_a_custom_constraint_record_its_files_and_report(user_table_store, tmp_path):
+    """RaCO-DP and SGDA train under the schema's custom constraint (and `train` under one written on the command line); every
+    run records the files, the constraint and its text; the report draws the constraint's test value on its axis."""
     from raco_bench import tracking
     from raco_bench.report.build import build_report
 
     uri = f"sqlite:///{user_table_store / 'mlflow.db'}"
     table_sha = hashlib.sha256((EXAMPLE / "synthetic.csv").read_bytes()).hexdigest()
     schema_sha = hashlib.sha256((EXAMPLE / "synthetic.yaml").read_bytes()).hexdigest()
-    exp = tracking.experiment_id(uri, "synthetic-csv-demographic-parity-smoke")
+    exp = tracking.experiment_id(uri, "synthetic-csv-fnr-gap-smoke")
     parents = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'phase'")
     assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
     assert all(p.data.params["sweep.schema"] == str(EXAMPLE / "synthetic.yaml") and len(p.data.params["sweep.files_digest"]) == 64 for p in parents)
+    assert all((p.data.params["sweep.constraint"], p.data.params["sweep.constraint_spec"]) == ("fnr-gap", FNR_GAP) for p in parents)
     trials = tracking.search_all(uri, [exp], f"tags.`{tracking.KIND}` = 'trial'")
     train = tracking.search_all(uri, [tracking.experiment_id(uri, tracking.TRAIN_EXPERIMENT)], "")
     assert trials and len(train) == 1
@@ -324,14 +331,18 @@ def test_a_sweep_and_a_run_on_a_users_csv_record_its_files_and_report(user_table
         assert inputs and inputs[0].dataset.name == "synthetic-csv" and json.loads(inputs[0].dataset.profile)["table_sha256"] == table_sha
     for run in [*trials, *train]:
         assert run.data.params["run.schema"] == str(EXAMPLE / "synthetic.yaml") and run.data.tags["outside_budget"] == "none"
+        assert "test_max_constraint" in run.data.metrics
+    assert {r.data.params["run.constraint_spec"] for r in trials} == {FNR_GAP} and {r.data.tags["method"] for r in trials} == {"raco-dp", "sgda"}
+    assert (train[0].data.params["run.constraint"], train[0].data.params["run.constraint_spec"]) == ("custom", TRAIN_SPEC)
     assert train[0].data.params["run.data"] == str(EXAMPLE / "synthetic.csv")
     page = tmp_path / "results" / "synthetic-csv"
-    report = build_report("synthetic-csv-demographic-parity-smoke", uri, tmp_path / "report", log_to_mlflow=False, results=page)
+    report = build_report("synthetic-csv-fnr-gap-smoke", uri, tmp_path / "report", log_to_mlflow=False, results=page)
     assert {"pareto.png", "runs.csv"} <= {p.name for p in report.files}
     runs = pd.read_csv(tmp_path / "report" / "runs.csv")
-    assert set(runs["dataset"]) == {"synthetic-csv"} and set(runs["method"]) == {"raco-dp", "sgda"}
+    assert set(runs["dataset"]) == {"synthetic-csv"} and set(runs["method"]) == {"raco-dp", "sgda"} and set(runs["constraint_spec"]) == {FNR_GAP}
+    assert runs["test_max_constraint"].notna().all()  # the constraint's test value: the Pareto figure's x-axis, which names the spec
     readme = (page / "README.md").read_text()
-    assert "- **Dataset files:** schema `" in readme and "synthetic-csv" in (page / "noise_floor.csv").read_text()
+    assert "- **Dataset files:** schema `" in readme and "synthetic-csv,fnr-gap" in (page / "noise_floor.csv").read_text()
 
 
 def test_a_trial_refuses_files_that_changed_since_the_sweep_started():

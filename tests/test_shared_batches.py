@@ -21,12 +21,12 @@ from raco_bench.methods.lagrangian import engine as lagrangian
 from raco_bench.methods.lagrangian.engine import LagrangianEngine, StepNoise
 from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.rows import GatheredRows, IndexedRows
-from raco_bench.packs.run import train_pack
 from raco_bench.packs.tensors import take_rows
 from raco_bench.privacy import counter_rng as rng
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.training.config import RunConfig, batch_stream_id, stream_id
 from raco_bench.training.loop import execute
+from raco_bench.training.pack import train_pack
 
 # two seeds; seed 7 has three configurations at one batch size (one shared batch) and one at another; every other
 # setting differs, T included. Keep the settings of a group's members different (σ, s_L, C, τ, the dual rule): a bug that

@@ -60,3 +60,36 @@ def test_each_planted_privacy_bug_turns_a_check_red(name):
     failures = first_catch(module, CHECKS)
     print(f"{name}: caught by {failures}")
     assert failures, f"no privacy check caught the planted bug {name!r}"
+
+
+# A custom constraint (docs/constraints.md) goes through the same step: its partition is one of the three kinds, so each row
+# is in one part and the Laplace histogram's L1 sensitivity is 1 whatever its rates, overlapping subsets included
+# (PR(group=2) and PR() share rows; FNR and FPR condition on the label, so the parts are the (label, group) cells).
+CUSTOM_SPEC = "|FNR(group=2) - FNR(group!=2)|; PR(group=2) - PR(); 0.5*FPR(group=0) + 0.5*FNR(group=1)"
+# what a custom constraint's histogram would release if it were counted per subset of its rates rather than per part:
+# each row weighted by the number of subsets that hold its part (L1 sensitivity up to that number, noise calibrated for 1)
+PER_SUBSET = [("        H = _histogram(state, data, model, s, rows, probs)  # line 2",
+               "        H = _histogram(state, data, model, s, rows, probs) * rates.membership.sum(0)[:, None].to(probs.dtype)  # line 2")]
+
+
+def custom_problem():
+    from raco_bench.constraints.families import Task, custom_family
+
+    problem = custom_family("toy-custom", CUSTOM_SPEC).problem(Task.sized(3, 2), 0.02)
+    assert problem.partition.kind == "label_group" and problem.n_constraints == 4
+    return problem
+
+
+def test_the_step_under_a_custom_constraint_has_the_sensitivity_the_accountant_assumes():
+    checks.check_sensitivity(real_step, problem=custom_problem())
+
+
+def test_a_custom_constraints_histogram_counted_per_subset_turns_the_sensitivity_check_red():
+    module = load_mutant(STEP_SOURCE, PER_SUBSET, "per-subset histogram", "raco_bench_mutant_step_", "step.py")
+    problem = custom_problem()
+
+    def check_sensitivity_custom(step_mod):
+        checks.check_sensitivity(step_mod, problem=problem)
+
+    failures = first_catch(module, (check_sensitivity_custom,))
+    assert failures and "check_sensitivity_custom" in failures[0], "the per-subset histogram of a custom constraint was not caught"

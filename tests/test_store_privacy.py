@@ -224,7 +224,7 @@ def test_a_group_step(check):
 
 
 def row(method: str, params: dict, steps: int, key: str, stream: str, seed: int = 0, **extra) -> dict:
-    """A configuration's row as a pack table records it (read back by raco_bench.sweeps.results.read_results)."""
+    """A configuration's row as a pack table records it (read back by raco_bench.records.results.read_results)."""
     m = get_method(method)
     event = m.privacy_event(m.hyperparameters(params), ADULT_N, Budget(1.0, DELTA, steps, steps))
     return {"method": method, "config_id": 0, "seed": seed, "epsilon": 1.0, "delta": DELTA, "dataset": "adult", "params": json.dumps(params),
@@ -320,9 +320,10 @@ def test_a_sweep_states_its_store_epsilon_on_its_summary_parent_and_report(adult
     private-only figure, recorded beside it), above each of their own and with groups of runs that drew the same batches
     (same seed, batch size and key). Every row's release spends the ε the row printed."""
     from raco_bench import tracking
+    from raco_bench.records.artifacts import STORE_ARTIFACT
+    from raco_bench.records.results import read_results
     from raco_bench.report.store_epsilon import store_line
-    from raco_bench.sweeps.results import read_results
-    from raco_bench.sweeps.store_privacy import STORE_ARTIFACT, STORE_TAG, release_of, sweep_store_epsilon
+    from raco_bench.sweeps.store_privacy import STORE_TAG, release_of, sweep_store_epsilon
 
     uri = f"sqlite:///{adult_store}/mlflow.db"
     c = tracking.client(uri)

@@ -311,7 +311,7 @@ def test_a_real_sweep_exported_then_rebuilt_without_its_store(adult_store, tmp_p
     assert sum(p.stat().st_size for p in (page / "parts").iterdir()) < 12000
     import json
 
-    from raco_bench.sweeps.store_privacy import STORE_ARTIFACT
+    from raco_bench.records.artifacts import STORE_ARTIFACT
 
     (meta,) = (page / "parts").glob("*.json")  # the store's ε as the sweep's parent recorded it, and the page states it
     store = json.loads(meta.read_text())["store_epsilon"]["adult"]

@@ -72,8 +72,8 @@ def test_phase1_plan_counts_and_keys():
 
 def test_a_trial_has_exactly_its_typed_keys_and_the_run_takes_every_unset_setting_from_runconfig():
     """The plan's record of a configuration is typed once (``Trial``); what it leaves out comes from RunConfig."""
+    from raco_bench.records.results import columns
     from raco_bench.sweeps.plan import PlannedTrial, Trial
-    from raco_bench.sweeps.results import COLUMNS
     from raco_bench.sweeps.trial import run_config, table_row
     from raco_bench.training.config import RunConfig
 
@@ -84,7 +84,7 @@ def test_a_trial_has_exactly_its_typed_keys_and_the_run_takes_every_unset_settin
     config, default = run_config(spare, "cpu"), RunConfig()  # a trial that does not say: RunConfig's defaults
     for name in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness"):
         assert getattr(config, name) == getattr(default, name)
-    assert set(table_row(trial, "run")) <= set(COLUMNS)  # what a pack records of a trial, the one reader reads
+    assert set(table_row(trial, "run")) <= set(columns())  # what a pack records of a trial, the one reader reads
 
 
 def test_every_configuration_and_seed_draws_its_own_streams():
@@ -144,20 +144,25 @@ def test_the_failure_bar_is_the_best_constant_predictor_that_meets_the_constrain
     """Under an FNR bound a useful model must trade accuracy below the majority rate (Heart: 91 % negatives; the
     papers' SGDA reaches 87.5 % at FNR 58 %), so the bar is the best randomised constant predictor meeting FNR <= γ,
     not the majority rate; with the majority rate every Heart configuration would count as failed."""
-    from raco_bench.sweeps.plan import constant_predictor_accuracy
+    from raco_bench.constraints.families import FAMILIES, Task, custom_family
+    from raco_bench.sweeps.plan import failure_baseline
 
-    rate = 0.09  # 9 % positives, like Heart
-    assert constant_predictor_accuracy("demographic-parity", rate, 0.05) == pytest.approx(0.91)
-    assert constant_predictor_accuracy("equalized-odds", rate, 0.05) == pytest.approx(0.91)
-    assert constant_predictor_accuracy("false-negative-rate", rate, 0.5) == pytest.approx(0.5 * 0.91 + 0.5 * 0.09)  # p = 1 - γ
-    assert constant_predictor_accuracy("false-negative-rate", rate, 1.0) == pytest.approx(0.91)  # no bound: always negative
-    assert constant_predictor_accuracy("false-negative-rate", 0.70, 0.2) == pytest.approx(0.70)  # positives dominate
-    assert constant_predictor_accuracy("some-custom-rate", rate, 0.1) is None
+    task = Task(("a", "b"), ("no", "yes"))
+    labels = [1] * 9 + [0] * 91  # 9 % positives, like Heart
+    bar = {name: failure_baseline(fam, task, labels) for name, fam in FAMILIES.items()}
+    assert bar["demographic-parity"](0.05) == pytest.approx(0.91)
+    assert bar["equalized-odds"](0.05) == pytest.approx(0.91)
+    assert bar["false-negative-rate"](0.5) == pytest.approx(0.5 * 0.91 + 0.5 * 0.09)  # p = 1 - γ
+    assert bar["false-negative-rate"](1.0) == pytest.approx(0.91)  # no bound: always negative
+    assert failure_baseline(FAMILIES["false-negative-rate"], task, [1] * 70 + [0] * 30)(0.2) == pytest.approx(0.70)  # positives dominate
+    assert failure_baseline(custom_family("gap", "FNR(group=a) - FNR(group=b)"), task, labels)(0.1) == pytest.approx(0.91)  # a difference
+    assert failure_baseline(custom_family("fnr-a", "FNR(group=a)"), task, labels)(0.5) == pytest.approx(0.5 * 0.91 + 0.5 * 0.09)  # a bound
+    assert failure_baseline(custom_family("both", "FNR(group=a) <= gamma; FPR(group=a)"), task, labels)(0.2) is None  # no constant meets both
 
     spec = SweepSpec(dataset="heart", constraint="false-negative-rate", gammas=(0.5,), methods=("sgda",), n_configs=2, phase1_seeds=2)
     trials = phase1_trials(spec, 161722)
     results = [{**t, "val_accuracy": 0.85 if t["config_id"] == 0 else 0.40, "val_max_constraint": 0.45} for t in trials]
-    chosen = select(spec, results, lambda gamma: constant_predictor_accuracy(spec.constraint, rate, gamma))
+    chosen = select(spec, results, bar["false-negative-rate"])
     assert [(s.config_id, s.n_failed) for s in chosen] == [(0, 1)]  # 0.85 < 0.91 is a useful FNR model; 0.40 < 0.50 collapsed
 
 

@@ -31,8 +31,8 @@ def _runs(adult, k: int, **params):
 
 
 def test_the_toy_trains_alone_and_in_a_pack_to_the_same_models(registered, adult, one_torch_thread):
-    from raco_bench.packs.run import pack_blocker, train_runs
     from raco_bench.training.loop import execute
+    from raco_bench.training.pack import pack_blocker, train_runs
 
     runs = _runs(adult, 3, default_steps=60)
     assert all(pack_blocker(r) is None for r in runs)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
+from raco_bench.data.tensors import TrainData
 from raco_bench.packs.draws import distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import RowProducts, SharedRows, rows_for
 from raco_bench.packs.tensors import batch_groups, chunks, padded_groups, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
-from raco_bench.training.tensors import TrainData
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ from dp_accounting.dp_event import GaussianDpEvent, PoissonSampledDpEvent, SelfC
 from baselines.dp_fermi.audit import fermi_view
 from baselines.dp_fermi.engine import FermiEngine
 from baselines.dp_fermi.ermi import linear_coefficients, project_frobenius, w_gradient_sum
+from raco_bench.constraints.families import Family, family
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import check_batch, selection_note, train_tensors
 from raco_bench.methods.space import ZeroOr
@@ -58,12 +60,11 @@ from raco_bench.privacy import events
 from raco_bench.privacy.accounting import GaussianPlan, SelectionRelease, plan_epsilon
 from raco_bench.privacy.calibration import NoiseProblem
 from raco_bench.privacy.counter_rng import GROUP_COUNTS, Stream
-from raco_bench.training.tensors import TrainData
 
 PRIVACY_MODES = ("full", "sensitive-attribute", "none")
 # every step releases two blocks (θ, W) from one batch, each clipped and noised with the same multiplier σ
 BLOCKS = 2
-FAIRNESS = {"demographic-parity": "dp", "equalized-odds": "eo"}
+FAIRNESS = {"demographic-parity": "dp", "equalized-odds": "eo"}  # the notions ERMI regularises (a family's declared notion)
 
 
 @dataclass(frozen=True)
@@ -160,10 +161,10 @@ class DPFermi(Method):
     doc = "docs/methods/dp-fermi.md"
     engine = FermiEngine
 
-    def supports(self, constraint: str) -> str | None:
-        if constraint in FAIRNESS:
+    def supports(self, family: Family) -> str | None:
+        if family.notion in FAIRNESS:
             return None
-        return f"dp-fermi regularises {' or '.join(FAIRNESS)} only (ERMI has no form for {constraint!r})"
+        return f"dp-fermi regularises {' or '.join(FAIRNESS)} only (ERMI has no form for {family.name!r})"
 
     def search_space(self, n_train: int) -> dict:
         """λ = 0 in one configuration in ten (the unregularised anchor), else log-uniform (docs/methods/dp-fermi.md)."""
@@ -228,10 +229,11 @@ class DPFermi(Method):
 
     def prepare(self, ctx: Context) -> None:
         h, ds, run = ctx.hyper, ctx.dataset, ctx.config
-        reason = self.supports(run.constraint)
+        fam = family(run.constraint, run.constraint_spec)
+        reason = self.supports(fam)
         if reason:
             raise ValueError(reason)
-        eo = FAIRNESS[run.constraint] == "eo"
+        eo = FAIRNESS[fam.notion] == "eo"
         q = check_batch(ctx, h.batch_size)  # validated here; a private run reads it from the accounted plan below
         T = self.planned_steps(h, run.steps, run.max_steps)
         n, G, c = ctx.n_train, ds.n_groups, ds.n_classes

@@ -41,16 +41,17 @@ import numpy as np
 import torch
 from torch.func import grad, vmap
 
+from raco_bench.constraints.families import Family, family
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import batch_choices, check_batch, selection_note, train_tensors
 from raco_bench.methods.space import ZeroOr
 from raco_bench.models import LogisticRegression, build_model
 from raco_bench.privacy.batch_revealed import RevealedBatchNoise
 from raco_bench.privacy.counter_rng import GAUSSIAN, GROUP_COUNTS, SECOND_GAUSSIAN, Stream
-from raco_bench.training.tensors import TrainData
 
 PRIVACY_MODES = ("sensitive-attribute", "none")
-CONSTRAINTS = ("demographic-parity", "equalized-odds")
+CONSTRAINTS = ("demographic-parity", "equalized-odds")  # the notions it enforces (a family's declared notion)
 COUNT_SENSITIVITY = math.sqrt(2.0)  # moving one record between two cells: L2 shift √2 of the count vector
 
 
@@ -168,8 +169,8 @@ class PFLD(Method):
     style = ("#66CCEE", "X")  # Tol bright cyan
     doc = "docs/methods/pf-ld.md"
 
-    def supports(self, constraint: str) -> str | None:
-        if constraint in CONSTRAINTS:
+    def supports(self, family: Family) -> str | None:
+        if family.notion in CONSTRAINTS:
             return None
         return f"pf-ld enforces {' or '.join(CONSTRAINTS)} only (its constraints are group-vs-population equalities)"
 
@@ -219,7 +220,8 @@ class PFLD(Method):
 
     def prepare(self, ctx: Context) -> None:
         h, ds, run = ctx.hyper, ctx.dataset, ctx.config
-        reason = self.supports(run.constraint)
+        fam = family(run.constraint, run.constraint_spec)
+        reason = self.supports(fam)
         if reason:
             raise ValueError(reason)
         if ds.n_classes != 2:
@@ -227,7 +229,7 @@ class PFLD(Method):
         q = check_batch(ctx, h.batch_size)  # validated here; a private run reads it from its accountant below
         n, G, dev = ctx.n_train, ds.n_groups, ctx.device
         T, epoch = self.schedule(h, n, run.steps, run.max_steps)
-        eo = run.constraint == "equalized-odds"
+        eo = fam.notion == "equalized-odds"
         y, group = ds.train.y.astype(np.int64), ds.train.group.astype(np.int64)
         cells = y * G + group if eo else group
         n_cells = 2 * G if eo else G

@@ -236,9 +236,9 @@ def run_one_run(audit: OneRunAudit) -> OneRunResult:
 
     from raco_bench.audit.preprocessing import NO_EVALUATION
     from raco_bench.data.catalog import load_table
-    from raco_bench.packs.run import train_runs
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
+    from raco_bench.training.pack import train_runs
 
     audit.validate()
     t0 = time.perf_counter()

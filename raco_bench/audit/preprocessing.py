@@ -85,9 +85,9 @@ def run_attack(attack: PreprocessingAttack) -> AttackResult:
 
     import torch
 
-    from raco_bench.packs.run import train_runs
     from raco_bench.training.config import RunConfig
     from raco_bench.training.loop import prepare_run
+    from raco_bench.training.pack import train_runs
 
     torch.set_num_threads(1)
     d, d_prime = worlds(attack)

@@ -102,8 +102,8 @@ def _flat(params: dict) -> np.ndarray:
 
 def _train(configs: list, dataset, source, cache) -> tuple[list[np.ndarray], list]:
     """The released models of ``configs`` on ``dataset``, all drawing from ``source`` (packs where the method has an engine)."""
-    from raco_bench.packs.run import train_runs
     from raco_bench.training.loop import prepare_run
+    from raco_bench.training.pack import train_runs
 
     results = train_runs([prepare_run(c, dataset, cache, source=source) for c in configs])
     return [_flat(r.reported_params) for r in results], results

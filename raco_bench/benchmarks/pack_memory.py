@@ -1,4 +1,4 @@
-"""`raco-bench bench memory`: a pack's measured peak memory beside the memory model (raco_bench/packs/memory.py).
+"""`raco-bench bench memory`: a pack's measured peak memory beside the memory model (raco_bench/training/pack_memory.py).
 
 Each case runs in a fresh process: it loads the dataset, prepares K RaCO-DP runs (``--method``: another method with a
 batched engine) as a sweep's phase 1 does (sampled configurations × 5 seeds, ε = 1, T calibrated, evaluation every
@@ -33,7 +33,7 @@ def resident() -> int:
 
 def model_for(runs: list):
     """The memory model's estimate for a pack of ``runs`` (their expected batch sizes and numbers of evaluations)."""
-    from raco_bench.packs.memory import estimate, evaluations_of
+    from raco_bench.training.pack_memory import estimate, evaluations_of
 
     first = runs[0].ctx
     evals = [evaluations_of(r.ctx.steps, r.ctx.config.eval_every, r.ctx.config.selection_checkpoints if r.ctx.config.checkpoint == "private" else 0)
@@ -50,8 +50,8 @@ def _case(dataset: str, k: int, eval_every: int, out, method: str) -> None:
     from raco_bench.benchmarks.throughput import _runs, warm_up
     from raco_bench.data import load_dataset
     from raco_bench.packs.allocator import release_freed_memory
-    from raco_bench.packs.run import train_runs
     from raco_bench.privacy.calibration import CalibrationCache
+    from raco_bench.training.pack import train_runs
 
     torch.set_num_threads(1)
     ds = load_dataset(dataset)

@@ -5,7 +5,7 @@ hyperparameters drawn from the method's search space, T calibrated from the budg
 usual evaluations on train / validation / test every ``eval_every`` steps and at T, and the last
 iterate reported. As in a sweep's phase 1, each sampled configuration runs with ``--seeds`` seeds and a
 pack holds them sorted by batch size. Each pack size trains its own configurations (the same draws for
-every size), through the same call a sweep trial uses (:func:`raco_bench.packs.run.train_runs`), once with
+every size), through the same call a sweep trial uses (:func:`raco_bench.training.pack.train_runs`), once with
 every run drawing its own batches and once with shared batch draws (the sweep default, docs/packs.md,
 "Shared batches"); pack size 1 is each configuration trained alone. It prints, and logs to MLflow
 (experiment ``raco-bench-throughput``, shown by ``raco-bench report``):
@@ -56,8 +56,9 @@ from raco_bench.benchmarks import unpackable
 from raco_bench.methods import DEFAULT_METHOD, get_method, timing_reference
 from raco_bench.privacy.calibration import CalibrationCache
 from raco_bench.progress import Progress
+from raco_bench.records.throughput import THROUGHPUT_EXPERIMENT
 
-EXPERIMENT = "raco-bench-throughput"
+EXPERIMENT = THROUGHPUT_EXPERIMENT  # its rows are read back by raco_bench.records.throughput
 REPEATS_ALONE, REPEATS_PACKED = 7, 3  # step-cost measurements: the median of this many 100-step runs
 PAIRS = 7  # alternating RaCO-DP / DP-SGD pack runs whose ratios give the median ratio
 SEEDS = 5  # seeds per sampled configuration, as the papers' phase 1 has
@@ -163,7 +164,7 @@ def _kit_config(run, ds, cache: CalibrationCache, source, kit: Kit) -> dict:
 def warm_up(ds, method: str, device: str, cache: CalibrationCache, kit: Kit | None = None) -> None:
     """Train a small pack first, so that the process has compiled (or loaded from disk) the pack step's kernels
     (:mod:`raco_bench.jit`) before anything is measured: a sweep's worker does that in its first pack, once."""
-    from raco_bench.packs.run import train_runs
+    from raco_bench.training.pack import train_runs
 
     runs = _runs(ds, method, 4, device, 10**6, cache, {"batch_size": 256}, steps=5, kit=kit)
     if kit is None or not kit.writing:
@@ -181,7 +182,7 @@ def measure(sizes: list[int], device: str, eval_every: int, singles: int, also: 
     ``kit`` being written, every configuration it would train is drawn, calibrated and recorded, and nothing is trained
     (the result is then empty)."""
     from raco_bench.data import load_dataset
-    from raco_bench.packs.run import train_runs
+    from raco_bench.training.pack import train_runs
 
     torch.set_num_threads(1)
     ds = load_dataset("adult")
@@ -300,14 +301,6 @@ def log(uri: str, out: dict, hw: str) -> str:
                                {"pack_size": r["pack_size"], "batch_draws": r["batch_draws"], "hardware": hw},
                                {k: float(v) for k, v in r.items() if k not in ("pack_size", "batch_draws")}) for r in out["rows"]]
     return tracking.log_records(uri, EXPERIMENT, parent, rows)
-
-
-def load(uri: str):
-    """The latest throughput benchmark's rows (pandas), or None."""
-    import pandas as pd
-
-    rows = tracking.latest_rows(uri, EXPERIMENT, "throughput")
-    return pd.DataFrame(rows).assign(pack_size=lambda d: d["pack_size"].astype(int)).sort_values("pack_size").reset_index(drop=True) if rows else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Builders for the paper's constraint families (docs/architecture.md, "Adding a constraint"; paper App. A).
+"""Builders for the paper's constraint families (paper App. A); each family names its builder in the registry
+(:mod:`raco_bench.constraints.families`, docs/architecture.md "Adding a constraint").
 
 | builder | partition | constraints |
 |---|---|---|
@@ -79,21 +80,3 @@ def custom(partition: Partition, constraints: Sequence[dict], name: str = "custo
         subsets = tuple(tuple(s) for s in spec["subsets"])
         cons.append(RateConstraint(subsets, np.asarray(spec["weights"], dtype=float), float(spec["gamma"]), spec.get("name", f"custom[{j}]")))
     return RateProblem(partition, tuple(cons), name)
-
-
-BUILDERS = {
-    "demographic-parity": lambda n_groups, n_classes, gamma: demographic_parity(n_groups, n_classes, gamma),
-    "equalized-odds": lambda n_groups, n_classes, gamma: equalized_odds(n_groups, n_classes, gamma),
-    # The experiments bound the FNR of the positive class (binary) / of every class (multiclass).
-    "false-negative-rate": lambda n_groups, n_classes, gamma: false_negative_rate(
-        n_classes, gamma, classes=[1] if n_classes == 2 else None, n_groups=n_groups
-    ),
-}
-
-
-def build_constraint(name: str, n_groups: int, n_classes: int, gamma: float) -> RateProblem:
-    try:
-        builder = BUILDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown constraint {name!r}; choose one of: {', '.join(BUILDERS)}") from None
-    return builder(n_groups, n_classes, gamma)

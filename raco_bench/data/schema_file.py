@@ -10,7 +10,9 @@ Every dataset is a table plus a schema file, YAML or TOML, written by a person: 
 * ``features``: for each feature column its public domain, a numeric ``range`` with a ``linear`` or ``log``
   mapping or a categorical ``vocabulary``, each with its ``source``; ``ignore`` lists columns that are not used;
 * ``split``: a seeded stratified split (the run's ``split_seed``) or a column naming the test rows;
-* ``train_rows``: the training split's size where it is public (docs/privacy.md, "Threat model").
+* ``train_rows``: the training split's size where it is public (docs/privacy.md, "Threat model");
+* ``constraints``: custom rate constraints by name, each a linear combination of rates over the declared groups and
+  classes (docs/constraints.md), for ``--constraint NAME``; read by :mod:`raco_bench.constraints.families`.
 
 Nothing here is derived from the rows: a column of the table without a domain is refused
 (:mod:`raco_bench.data.table`). Values a draft schema read from the rows keep :data:`DRAFT_SOURCE` as their
@@ -35,7 +37,7 @@ MAPPINGS = ("linear", "log")
 DRAFT_SOURCE = "READ FROM THE DATA by raco-bench schema draft (OUTSIDE the privacy budget): replace with a public source"
 DEFAULT_MIN_GROUP_TRAIN_ROWS = 2
 TOP_KEYS = ("name", "description", "note", "table", "reader", "reader_params", "label", "groups", "features", "ignore", "split",
-            "train_rows", "min_group_train_rows", "outside_budget")
+            "train_rows", "min_group_train_rows", "outside_budget", "constraints")
 LABEL_KEYS = ("column", "values", "names", "positive", "threshold", "source")
 GROUP_KEYS = ("column", "values", "names", "source")
 FEATURE_KEYS = ("range", "mapping", "vocabulary", "source")
@@ -99,6 +101,7 @@ class DatasetSchema:
     outside_budget: tuple[str, ...] = ()
     syntax: str = "yaml"
     digest: str = ""  # sha256 of the file's bytes
+    constraints: dict[str, str] = field(default_factory=dict)  # custom rate constraints: name -> spec (docs/constraints.md)
 
     @property
     def sensitive_attribute(self) -> str:
@@ -229,11 +232,32 @@ def parse_schema(raw: Any, path: Path | None = None, syntax: str = "yaml") -> Da
     if not (isinstance(min_rows, int) and not isinstance(min_rows, bool) and min_rows >= 0):
         raise SchemaError(f"{where}: min_group_train_rows={min_rows!r} must be a whole number >= 0")
     outside = tuple(_text(o, f"{where}: outside_budget") for o in _list(raw.get("outside_budget", []), f"{where}: outside_budget"))
+    constraints = _constraints(raw.get("constraints", {}), where)
     schema = DatasetSchema(name=name, label=label, groups=groups, features=features, path=path, description=str(raw.get("description", "")),
                            note=str(raw.get("note", "")), table=table, reader=raw.get("reader"), reader_params=dict(raw.get("reader_params") or {}),
-                           ignore=ignore, split=split, train_rows=train_rows, min_group_train_rows=min_rows, outside_budget=outside, syntax=syntax)
+                           ignore=ignore, split=split, train_rows=train_rows, min_group_train_rows=min_rows, outside_budget=outside, syntax=syntax,
+                           constraints=constraints)
     _check_roles(schema, where)
     return schema
+
+
+def _constraints(raw: Any, where: str) -> dict[str, str]:
+    """The ``constraints`` key: name -> a spec (text, or a list of texts, each one or more constraints, joined by ``;``). Their
+    rates and names are read where a run takes one (:func:`raco_bench.constraints.families.declared`), against this schema's
+    groups and classes, before anything is trained."""
+    where = f"{where}: constraints"
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{where}: expected a mapping of names to constraints, e.g. fnr-gap: \"FNR(group=a) - FNR(group=b)\"")
+    out = {}
+    for name, spec in raw.items():
+        name = _text(name, where)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise SchemaError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-' (it names experiments and runs)")
+        texts = spec if isinstance(spec, list) else [spec]
+        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise SchemaError(f"{where}.{name}: expected a constraint as text, e.g. \"FNR(group=a) - FNR(group=b)\", or a list of them")
+        out[name] = "; ".join(t.strip() for t in texts)
+    return out
 
 
 def _check_roles(schema: DatasetSchema, where: str) -> None:

@@ -44,9 +44,10 @@ def registry() -> dict[str, type[Method]]:
     return {name: method_class(name) for name in REGISTRY}
 
 
-def default_methods(constraint: str) -> tuple[str, ...]:
-    """The methods a sweep runs when it names none: those marked for default sweeps that support ``constraint``."""
-    return tuple(n for n, cls in registry().items() if cls.in_default_sweeps and cls().supports(constraint) is None)
+def default_methods(family) -> tuple[str, ...]:
+    """The methods a sweep runs when it names none: those marked for default sweeps that support the constraint ``family``
+    (a :class:`raco_bench.constraints.families.Family`)."""
+    return tuple(n for n, cls in registry().items() if cls.in_default_sweeps and cls().supports(family) is None)
 
 
 def timing_reference() -> str:

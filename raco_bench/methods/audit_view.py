@@ -18,8 +18,8 @@ from typing import Callable
 
 import torch
 
+from raco_bench.data.tensors import TrainData
 from raco_bench.packs.tensors import take_rows
-from raco_bench.training.tensors import TrainData
 
 CONFIDENT_BIAS = 12.0  # the starting bias of the predicted class: soft predictions within e^-12 of one-hot
 CANARY_SCALE = 10.0  # the canary's features, times the row's: its gradient is clipped

@@ -7,7 +7,8 @@ methods). It owns every fact about itself that generic code needs:
 * its hyperparameters, a frozen dataclass (``Hyper``) with defaults and ``validate``;
 * its search space in Ray Tune's sampling vocabulary (:meth:`Method.search_space`);
 * whether γ is a training input or only a selection criterion (``gamma_is_input``), whether it is
-  private (``private``), which constraints it supports (:meth:`Method.supports`);
+  private (``private``), which constraint families it supports (:meth:`Method.supports`, reading the capability a
+  family declares);
 * its privacy calibration as a value object (:meth:`Method.calibration`), solved through the cache by
   the trainer and, in parallel, by the sweep driver: a calibrated T or σ is derived in one place;
 * its typed, frozen run plan (``ctx.plan``) and its privacy plan (:class:`PrivacyPlan`), fixed
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from raco_bench.constraints.families import Family
 from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import TabularDataset
 from raco_bench.models import Params
@@ -151,8 +153,10 @@ class Method(ABC):
             raise ValueError(f"invalid batch_size={batch}: the expected batch size cannot exceed the training split "
                              f"({n_train} rows, so q = batch_size / n_train would exceed 1); choose batch_size <= {n_train}")
 
-    def supports(self, constraint: str) -> str | None:
-        """None if the method can train with ``constraint``, else the reason it cannot."""
+    def supports(self, family: Family) -> str | None:
+        """None if the method can train under the constraint ``family``, else the reason it cannot. A method that trains under
+        any rate problem keeps this default; one written for a fairness notion reads the capability the family declares
+        (``family.notion``, :mod:`raco_bench.constraints.families`)."""
         return None
 
     @abstractmethod

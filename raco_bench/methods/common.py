@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Context
 from raco_bench.privacy.accounting import epsilon
 from raco_bench.privacy.calibration import StepsProblem
-from raco_bench.training.tensors import TrainData
 
 BATCH_SIZES = (256, 512, 1024, 2048, 4096)  # searched expected batch sizes (those <= n_train / 2)
 
@@ -63,8 +63,8 @@ def selection_note(selection) -> str:
 
 def train_tensors(ctx: Context, with_parts: bool) -> TrainData:
     """The training split as device tensors (with the parts of the run's constraint): built once per dataset, device and
-    constraint, and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
-    key = ("train", str(ctx.device), with_parts, ctx.config.constraint if with_parts else None)
+    partition (what a row's part depends on), and shared by the runs prepared on that dataset (``TabularDataset.tensors``)."""
+    key = ("train", str(ctx.device), with_parts, ctx.problem.partition if with_parts else None)
     return ctx.dataset.shared_tensors(key, lambda: _train_tensors(ctx, with_parts))
 
 

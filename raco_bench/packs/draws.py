@@ -9,7 +9,7 @@ what a step's Laplace histogram noise costs (docs/packs.md, "Speed").
 
 Nothing drawn ahead is released or logged: a block holds the draws of steps that have not been taken yet, in the
 pack's memory, and is dropped when the pack moves past it. A block is at most :data:`BLOCK_BYTES` of float64 draws
-(the memory model counts it: :mod:`raco_bench.packs.memory`). Batches drawn ahead (:class:`BatchesAhead`) are the same
+(the memory model counts it: :mod:`raco_bench.training.pack_memory`). Batches drawn ahead (:class:`BatchesAhead`) are the same
 rows a configuration draws alone at each step: a Poisson sample depends only on its stream's key and its rate
 (:func:`~raco_bench.privacy.counter_rng.poisson_rows`), not on which other streams or steps are drawn in the same call.
 """

@@ -1,4 +1,4 @@
-"""What the pack driver (:mod:`raco_bench.packs.run`) asks of a method's batched engine (docs/architecture.md,
+"""What the pack driver (:mod:`raco_bench.training.pack`) asks of a method's batched engine (docs/architecture.md,
 "Adding a method"; docs/packs.md).
 
 A method that can train K configurations in lockstep names its engine in ``Method.engine``. The engine is built

@@ -27,9 +27,9 @@ import pandas as pd
 
 from raco_bench import tracking
 from raco_bench.audit.records import AUDIT_EXPERIMENT, load_audits
-from raco_bench.benchmarks.throughput import load as load_throughput
 from raco_bench.preflight import check_store
 from raco_bench.progress import Progress
+from raco_bench.records.throughput import read_throughput
 from raco_bench.report import figures
 from raco_bench.report.audits import write_audits
 from raco_bench.report.draw import data_note, draw
@@ -77,7 +77,7 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
         report.files += write_walltime_tables(wall, out)
     else:
         report.notes.append(f"no wall-time benchmark in experiment {walltime_experiment!r}; run `raco-bench bench walltime` to add the table.")
-    throughput = load_throughput(uri)
+    throughput = read_throughput(uri)
     if throughput is not None:
         path = out / "throughput.md"
         cols = [c for c in ("pack_size", "batch_draws", "configurations", "seconds", "configs_per_hour", "mean_T", "step_ms_per_config", "eval_share")

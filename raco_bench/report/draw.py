@@ -3,11 +3,13 @@
 ``raco-bench report`` draws the study of the sweep it exported from MLflow; ``raco-bench results`` draws each page's
 study from its ``parts/``. Both call :func:`draw`, which writes into a folder:
 
-* ``pareto``: test error against the test constraint value, one panel per ε (paper Fig. 2);
-* ``gap``: test error against the between-group gap (``test_dp_gap`` for demographic parity, ``test_eo_gap`` for
-  equalized odds), where the published DP-FERMI points are gaps; not drawn where the gap is the constraint value on
-  every point (it would repeat ``pareto``);
-* ``fnr``: accuracy against the false-negative rate, for that constraint;
+* ``pareto``: test error against the test constraint value, one panel per ε (paper Fig. 2); for a custom constraint
+  (whose test-time value is its constraint value) the axis names its spec;
+* the family's gap (:mod:`raco_bench.constraints.families`: what its registry entry declares, ``gap`` and ``axis``):
+  ``gap``, test error against the between-group gap (``test_dp_gap`` for demographic parity, ``test_eo_gap`` for
+  equalized odds), where the published DP-FERMI points are gaps, not drawn where the gap is the constraint value on
+  every point (it would repeat ``pareto``); or, for a family whose gap is its constraint value (``gap_is_constraint``),
+  accuracy against it with the γ lines, named after the gap (``fnr`` for the false-negative rate);
 * ``worst_group_loss``: test error against the worst group's loss;
 * ``satisfaction``: the selected configurations against γ (Fig. 3), with ``satisfaction.csv`` and ``.tex``;
 * ``spending.csv``: the selected models' T and ε spent beside the phase-1 medians (:mod:`raco_bench.report.spending`).
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raco_bench.constraints.gaps import CONSTRAINT_VALUE
 from raco_bench.report import figures
 from raco_bench.report.load import aggregate, health_labels
 from raco_bench.report.protocol import protocol_kind, protocol_note
@@ -36,8 +39,7 @@ from raco_bench.report.tables import satisfaction_latex
 
 ACS_NOTE = ("Data: the 2017 1-Year Alabama 5,000-row ACS sample (folktables layout), a SUBSTITUTE for the paper's 2018 "
             "5-Year file: not comparable with the paper's numbers.")
-GAP = {"demographic-parity": ("test_dp_gap", "test demographic-parity gap (between groups)"),
-       "equalized-odds": ("test_eo_gap", "test equalized-odds gap (between groups)")}
+PARETO_AXIS = "test constraint value (largest over the constraints)"
 
 
 def data_note(df: pd.DataFrame) -> str:
@@ -110,36 +112,39 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
     selections = [{**s, "repeat": study.repeat_of.get(s.get("sweep_id", ""), 0)} for s in selections]  # a cell's repeats are one point
     drawn = Drawn(rows=rows, selections=selections)
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
+    fam = study.family
     note = title_note(study, rows)
     agg = aggregate(rows)
     drawn.rows = rows = rows.assign(health=health_labels(rows))  # each run's verdict (phase2_runs.csv)
-    axis = lambda x: on_axis(references, x, constraint)  # noqa: E731 - the published points this x-axis shows
-    gap = constraint in GAP and not same_quantity(agg, GAP[constraint][0], "test_max_constraint")
+    axis = lambda x: on_axis(references, x, fam)  # noqa: E731 - the published points this x-axis shows
+    own = fam.gap == CONSTRAINT_VALUE  # a custom constraint: its constraint value is its test-time value
+    column = fam.gap_column
+    separate = not own and (fam.gap_is_constraint or not same_quantity(agg, column, "test_max_constraint"))
     pareto_refs = axis("test_max_constraint")
-    if constraint in GAP and not gap and pareto_refs is not None:  # the gap is the constraint value here: its published points too
-        pareto_refs = pd.concat([pareto_refs, axis(GAP[constraint][0])]).drop_duplicates()
+    if not own and not separate and pareto_refs is not None:  # the gap is the constraint value here: its published points too
+        pareto_refs = pd.concat([pareto_refs, axis(column)]).drop_duplicates()
     drawn.files += figures.tradeoff_figure(agg, rows, out, "pareto", "test_max_constraint", "test_error",
-                                           "test constraint value (largest over the constraints)", "test error",
+                                           f"{fam.axis} (largest over the constraints)" if own else PARETO_AXIS, "test error",
                                            f"{dataset}, {constraint}: test error vs test constraint value" + note, references=pareto_refs,
                                            selections=selections, gamma_lines=True)
-    if constraint in GAP and not gap:
-        drawn.notes.append(f"no gap figure: every {GAP[constraint][0]} equals its test constraint value (the constraint is the gap here), "
+    if not own and not separate:
+        drawn.notes.append(f"no gap figure: every {column} equals its test constraint value (the constraint is the gap here), "
                            "so it would repeat the Pareto figure, which also shows the published gaps.")
-    if gap:
-        x, label = GAP[constraint]
-        drawn.files += figures.tradeoff_figure(agg, rows, out, "gap", x, "test_error", label, "test error",
-                                               f"{dataset}: test error vs the between-group gap" + note, references=axis(x), selections=selections)
-    if constraint == "false-negative-rate":
-        drawn.files += figures.tradeoff_figure(agg, rows, out, "fnr", "test_fnr", "test_accuracy", "test false-negative rate", "test accuracy",
-                                               f"{dataset}: accuracy vs false-negative rate" + note, minimise_y=False, references=axis("test_fnr"),
-                                               reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]), selections=selections, gamma_lines=True)
+    if separate and fam.gap_is_constraint:  # the constraint bounds the gap itself: accuracy against it, with the γ lines
+        drawn.files += figures.tradeoff_figure(agg, rows, out, fam.gap, column, "test_accuracy", fam.axis, "test accuracy",
+                                               f"{dataset}: accuracy vs {fam.axis.removeprefix('test ')}" + note, minimise_y=False,
+                                               references=axis(column), reference_xy=lambda r: (r["constraint_value"], 1 - r["error"]),
+                                               selections=selections, gamma_lines=True)
+    elif separate:
+        drawn.files += figures.tradeoff_figure(agg, rows, out, "gap", column, "test_error", fam.axis, "test error",
+                                               f"{dataset}: test error vs the between-group gap" + note, references=axis(column), selections=selections)
     if agg["test_worst_group_loss"].notna().any():  # the bounded-group-loss family, for every method
         drawn.files += figures.tradeoff_figure(agg, rows, out, "worst_group_loss", "test_worst_group_loss", "test_error",
                                                "test worst-group loss (largest mean cross-entropy of a group; log scale)", "test error",
                                                f"{dataset}: test error vs worst-group loss (bounded group loss)" + note, xscale="log",
                                                selections=selections)
-    xs = ["test_max_constraint"] + ([GAP[constraint][0]] if constraint in GAP else []) + (["test_fnr"] if constraint == "false-negative-rate" else [])
-    shown = set().union(*(axis_quantities(x, constraint) for x in xs))
+    xs = ["test_max_constraint"] + ([] if own else [column])
+    shown = set().union(*(axis_quantities(x, fam) for x in xs))
     for _, ref in (references if references is not None else pd.DataFrame(columns=["quantity"])).iterrows():
         if ref["quantity"] not in shown:
             drawn.notes.append(f"published {ref['method']} ({ref['source']}) is a {ref['quantity']} value: no figure of this study has "

@@ -9,6 +9,7 @@ import json
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.records.artifacts import RELEASED_ARTIFACT, SELECTIONS_ARTIFACT, STORE_ARTIFACT
 from raco_bench.report.load import experiment_id, load_runs
 from raco_bench.report.study import Part
 
@@ -50,10 +51,8 @@ def accounted_view(df: pd.DataFrame, released: list[dict]) -> tuple[pd.DataFrame
 def export_part(uri: str, experiment: str, sweep_id: str | None = None) -> Part:
     """One sweep of ``experiment`` (default: the most recent) as a part: its trained rows (for accounted tuning, the
     released models as phase-2 rows), the spec params and provenance its phase parents logged, the wall time, the
-    selections (the driver's ``selected_configurations.json``) and the skipped counts. The rows keep every column
+    selections (the driver's :data:`~raco_bench.records.artifacts.SELECTIONS_ARTIFACT`) and the skipped counts. The rows keep every column
     (``trial_key`` and the run ids too); writing the part drops what a page does not read."""
-    from raco_bench.sweeps.runner import RELEASED_ARTIFACT
-
     df = load_runs(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     sweep_id = str(df["sweep_id"].iloc[0])
     parents = sweep_parents(uri, experiment_id(uri, experiment), sweep_id)
@@ -61,7 +60,7 @@ def export_part(uri: str, experiment: str, sweep_id: str | None = None) -> Part:
     if bool((df["tuning"] == "accounted").any()):
         df, selections = accounted_view(df, _artifact(uri, first, RELEASED_ARTIFACT) or [])
     else:
-        selections = _artifact(uri, parents.get(2), "selected_configurations.json") or []
+        selections = _artifact(uri, parents.get(2), SELECTIONS_ARTIFACT) or []
     logged = first if first is not None else parents.get(2)  # the spec params of a phase parent (both log them)
     params = dict(logged.data.params) if logged is not None else {}
     tags = first.data.tags if first is not None else {}
@@ -75,8 +74,8 @@ def store_figures(uri: str, exp_id: str, sweep_id: str, parents: dict[int, objec
     """Per dataset, the store's ε of the sweep's runs (:func:`raco_bench.sweeps.store_privacy.store_summary`): the record
     its finishing phase parent holds, or, for a sweep that recorded none with these figures (older, or interrupted), the
     figures computed now from its rows."""
-    from raco_bench.sweeps.results import read_results
-    from raco_bench.sweeps.store_privacy import STORE_ARTIFACT, store_summary, sweep_store_epsilon
+    from raco_bench.records.results import read_results
+    from raco_bench.sweeps.store_privacy import store_summary, sweep_store_epsilon
 
     parent = parents.get(2) or parents.get(1)
     record = _artifact(uri, parent, STORE_ARTIFACT) if parent is not None else None

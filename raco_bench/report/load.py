@@ -7,8 +7,9 @@ import math
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.constraints.gaps import gap_keys
+from raco_bench.records.results import results_of, sweep_starts, trained
 from raco_bench.report.spending import capped
-from raco_bench.sweeps.results import results_of, sweep_starts, trained
 from raco_bench.training.health import Evidence, judge
 
 
@@ -26,7 +27,7 @@ def experiment_id(uri: str, name: str) -> str:
 
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:
     """Every configuration trained by one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep), as
-    :func:`raco_bench.sweeps.results.read_results` reads it, less the configurations the method could not train
+    :func:`raco_bench.records.results.read_results` reads it, less the configurations the method could not train
     (counted per "method: reason" in ``attrs["skipped"]``). The store is searched once."""
     exp_id = experiment_id(uri, experiment)
     packs = tracking.completed_packs(uri, exp_id)
@@ -51,18 +52,14 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     cap on T with less than 90 % of its budget spent are marked ``capped`` (:mod:`raco_bench.report.spending`)."""
     keys = [k for k in ("sweep_id", "method", "epsilon", "gamma", "config_id", "phase") if k in df.columns]
     frame = df.assign(epsilon=df["epsilon"].astype(float).fillna(math.inf), gamma=df["gamma"].astype(float).fillna(-1.0))
-    for col in ("steps", "epsilon_spent", "test_dp_gap", "test_eo_gap", "max_steps", *EVIDENCE):
+    spread = ["test_error", "test_max_constraint", "test_accuracy", "test_worst_group_loss", *(f"test_{k}" for k in gap_keys())]  # mean and sd
+    for col in ("steps", "epsilon_spent", "max_steps", *spread, *EVIDENCE):
         if col not in frame:
             frame[col] = math.nan
     g = frame.groupby(keys, dropna=False)
     out = g.agg(
-        n_seeds=("seed", "count"), test_error=("test_error", "mean"), test_error_sd=("test_error", "std"),
-        test_max_constraint=("test_max_constraint", "mean"), test_max_constraint_sd=("test_max_constraint", "std"),
-        test_fnr=("test_fnr", "mean"), test_fnr_sd=("test_fnr", "std"), test_accuracy=("test_accuracy", "mean"),
-        test_worst_group_loss=("test_worst_group_loss", "mean"), test_worst_group_loss_sd=("test_worst_group_loss", "std"),
-        test_accuracy_sd=("test_accuracy", "std"), test_dp_gap=("test_dp_gap", "mean"), test_dp_gap_sd=("test_dp_gap", "std"),
-        test_eo_gap=("test_eo_gap", "mean"), test_eo_gap_sd=("test_eo_gap", "std"), steps=("steps", "mean"),
-        epsilon_spent=("epsilon_spent", "mean"), max_steps=("max_steps", "first"), **{col: (col, "mean") for col in EVIDENCE},
+        n_seeds=("seed", "count"), **{col: (col, "mean") for col in spread}, **{f"{col}_sd": (col, "std") for col in spread},
+        steps=("steps", "mean"), epsilon_spent=("epsilon_spent", "mean"), max_steps=("max_steps", "first"), **{col: (col, "mean") for col in EVIDENCE},
     ).reset_index()
     out["capped"] = (out["phase"] == 2) & capped(out["steps"], out["epsilon_spent"], out["epsilon"], out["max_steps"])
     out["health"] = health_labels(out)

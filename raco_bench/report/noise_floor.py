@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from raco_bench.constraints.builders import build_constraint
+from raco_bench.constraints.families import Task, family
+from raco_bench.constraints.problem import RateProblem
 from raco_bench.training.evaluation import EvalSplit, evaluate_logits
 
 NOISE_FLOOR = "noise_floor.csv"  # beside a study's parts: the floor of its dataset and constraint
@@ -36,10 +37,10 @@ DRAWS = 1000
 CHUNK = 100  # coin draws evaluated at once (rows × CHUNK predictions in memory)
 
 
-def split_floor(split: EvalSplit, n_groups: int, n_classes: int, constraint: str, draws: int = DRAWS, seed: int = 0) -> tuple[float, float]:
-    """(median, 90th percentile) over ``draws`` fair coins of the largest deviation of a constraint value from its
-    mean over the draws, on ``split``."""
-    problem = build_constraint(constraint, n_groups, n_classes, 0.0)
+def split_floor(split: EvalSplit, problem: RateProblem, draws: int = DRAWS, seed: int = 0) -> tuple[float, float]:
+    """(median, 90th percentile) over ``draws`` fair coins of the largest deviation of a constraint value of ``problem`` from
+    its mean over the draws, on ``split``."""
+    n_groups, n_classes = problem.partition.n_groups, problem.partition.n_classes
     rates = problem.compile(split.X.device)
     generator = torch.Generator().manual_seed(seed)
     values = []
@@ -55,30 +56,33 @@ def split_floor(split: EvalSplit, n_groups: int, n_classes: int, constraint: str
     return float(np.median(deviation)), float(np.quantile(deviation, 0.9))
 
 
-def split_floor_row(ds, name: str, constraint: str, draws: int = DRAWS, seed: int = 0) -> dict:
-    """The floor of the loaded dataset ``ds``'s split ``name`` (val, test) under ``constraint``: a row of :data:`COLUMNS`."""
-    problem = build_constraint(constraint, ds.n_groups, ds.n_classes, 0.0)
+def split_floor_row(ds, name: str, constraint: str, draws: int = DRAWS, seed: int = 0, spec: str | None = None) -> dict:
+    """The floor of the loaded dataset ``ds``'s split ``name`` (val, test) under ``constraint`` (a custom one: its ``spec``): a
+    row of :data:`COLUMNS`."""
+    problem = family(constraint, spec).problem(Task.of(ds), 0.0)
     split = getattr(ds, name)
     evaluated = EvalSplit.for_problem(split, problem, torch.device("cpu"))
-    median, p90 = split_floor(evaluated, ds.n_groups, ds.n_classes, constraint, draws, seed)
+    median, p90 = split_floor(evaluated, problem, draws, seed)
     present = np.bincount(split.group, minlength=ds.n_groups)
     return dict(dataset=ds.name, constraint=constraint, split=name, rows=len(split.y), smallest_group_rows=int(present[present > 0].min()),
                 floor_median=median, floor_p90=p90, draws=draws)
 
 
-def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0, schema: str | None = None, data: str | None = None) -> pd.DataFrame:
-    """The floor of ``dataset``'s validation and test splits under ``constraint`` (the sweeps' split, seed 0), one
-    row per split (:data:`COLUMNS`); a user's dataset is read from its ``schema`` and ``data`` files."""
+def noise_floor(dataset: str, constraint: str, draws: int = DRAWS, seed: int = 0, schema: str | None = None, data: str | None = None,
+                spec: str | None = None) -> pd.DataFrame:
+    """The floor of ``dataset``'s validation and test splits under ``constraint`` (a custom one: its ``spec``; the sweeps'
+    split, seed 0), one row per split (:data:`COLUMNS`); a user's dataset is read from its ``schema`` and ``data`` files."""
     from raco_bench.data import load_dataset
 
     ds = load_dataset(dataset, download=False, schema=schema, data=data)
-    return pd.DataFrame([split_floor_row(ds, name, constraint, draws, seed) for name in ("val", "test")], columns=list(COLUMNS))
+    return pd.DataFrame([split_floor_row(ds, name, constraint, draws, seed, spec) for name in ("val", "test")], columns=list(COLUMNS))
 
 
-def write_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None, data: str | None = None) -> Path:
+def write_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None, data: str | None = None,
+                      spec: str | None = None) -> Path:
     """Measure and write ``folder/noise_floor.csv`` (deterministic: the same file for the same split and constraint)."""
     path = folder / NOISE_FLOOR
-    noise_floor(dataset, constraint, schema=schema, data=data).round(4).to_csv(path, index=False)
+    noise_floor(dataset, constraint, schema=schema, data=data, spec=spec).round(4).to_csv(path, index=False)
     return path
 
 
@@ -99,7 +103,7 @@ def validation_floor(floor: pd.DataFrame | None) -> float:
 
 
 def measured_noise_floor(folder: Path, dataset: str, constraint: str, schema: str | None = None,
-                         data: str | None = None) -> tuple[pd.DataFrame | None, list[Path]]:
+                         data: str | None = None, spec: str | None = None) -> tuple[pd.DataFrame | None, list[Path]]:
     """``folder``'s floor for ``dataset`` and ``constraint``, measured and written first when it has none (seeded: the
     same file wherever it is made), and the files written. None when it has none and the dataset cannot be loaded
     here (nothing is downloaded for a page; a user's dataset whose ``schema`` or ``data`` file is not here)."""
@@ -110,7 +114,7 @@ def measured_noise_floor(folder: Path, dataset: str, constraint: str, schema: st
     from raco_bench.data.files import MissingDataError
 
     try:
-        path = write_noise_floor(folder, dataset, constraint, schema, data)
+        path = write_noise_floor(folder, dataset, constraint, schema, data, spec)
     except (MissingDataError, SchemaError):
         return None, []
     return read_noise_floor(folder, dataset, constraint), [path]

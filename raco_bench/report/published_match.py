@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from raco_bench.report.references import QUANTITIES, load_references
+from raco_bench.report.references import load_references, quantities
 
 RUN_COLUMNS = ["dataset", "constraint", "method", "epsilon", "gamma", "config_id", "test_error"]  # and sweep_id when a page has parts
 
@@ -59,7 +59,7 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
         published = references[(references["method"] == method) & (references["notion"] == notion)]
         mine = runs[runs["method"] == ours]  # a pipeline variant is labelled "METHOD (paper pipeline, …)": another method
         for quantity in sorted(set(published["quantity"])):
-            column = QUANTITIES[quantity]
+            column = quantities()[quantity]
             for _, sel in selected[selected["method"] == ours].iterrows():
                 curve = published[(published["quantity"] == quantity) & np.isclose(published["epsilon"].astype(float), sel["epsilon"])]
                 model = mine[(mine["epsilon"] == sel["epsilon"]) & (mine["config_id"] == sel["config_id"])
@@ -82,7 +82,7 @@ def match_page(runs: pd.DataFrame, selected: pd.DataFrame, references: pd.DataFr
 def match_published(root: Path, references: Path) -> pd.DataFrame:
     """:func:`match_page` over every page under ``root`` whose phase-2 runs have the columns it reads."""
     frames, pairs = [], counterparts()
-    wanted = set(RUN_COLUMNS) | {"sweep_id"} | set(QUANTITIES.values())
+    wanted = set(RUN_COLUMNS) | {"sweep_id"} | set(quantities().values())
     for page in sorted(p.parent for p in root.glob("*/phase2_runs.csv") if (p.parent / "satisfaction.csv").is_file()):
         runs = pd.read_csv(page / "phase2_runs.csv", usecols=lambda c: c in wanted, dtype={"sweep_id": str})
         if runs.empty or not set(RUN_COLUMNS) <= set(runs.columns):

@@ -19,7 +19,7 @@ from raco_bench.report.noise_floor import measured_noise_floor
 from raco_bench.report.overview import write_overview
 from raco_bench.report.published_match import write_published_match
 from raco_bench.report.results_page import build_page
-from raco_bench.report.study import has_parts
+from raco_bench.report.study import family_of, has_parts
 
 REFERENCES = "references.csv"  # the published points beside the pages (results/references.csv)
 
@@ -59,5 +59,5 @@ def _kept_page_floor(page: Path) -> list[Path]:
     runs = page / "phase2_runs.csv"
     if not runs.is_file():
         return []
-    first = pd.read_csv(runs, usecols=["dataset", "constraint"], nrows=1)
-    return measured_noise_floor(page, str(first["dataset"].iloc[0]), str(first["constraint"].iloc[0]))[1]
+    first = pd.read_csv(runs, usecols=lambda c: c in ("dataset", "constraint", "constraint_spec"), nrows=1)
+    return measured_noise_floor(page, str(first["dataset"].iloc[0]), str(first["constraint"].iloc[0]), spec=family_of(first).spec)[1]

@@ -2,9 +2,9 @@
 
 Columns: :data:`REFERENCE_COLUMNS`, and optionally ``constraint`` (an empty cell: any constraint), ``note``,
 ``quantity`` and ``notion``. ``quantity`` names the suite metric that ``constraint_value`` is comparable with
-(:data:`QUANTITIES`; an empty cell or no column: ``max_constraint``); a point is drawn only on a figure whose x-axis is
-that quantity. ``notion`` is the point's privacy notion as its source states it ("A-only DP", "non-private"), shown in
-the legend ("published dp-fermi [A-only DP]").
+(:func:`quantities`: ``max_constraint`` or a registered gap metric; an empty cell or no column: ``max_constraint``); a
+point is drawn only on a figure whose x-axis is that quantity. ``notion`` is the point's privacy notion as its source
+states it ("A-only DP", "non-private"), shown in the legend ("published dp-fermi [A-only DP]").
 """
 
 from __future__ import annotations
@@ -14,18 +14,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from raco_bench.constraints.families import Family
+from raco_bench.constraints.gaps import CONSTRAINT_VALUE, gap_keys
 from raco_bench.report.load import ReportError
 
 REFERENCE_COLUMNS = ("method", "dataset", "epsilon", "error", "constraint_value", "source")
 OLD_REFERENCE_COLUMNS = {"violation": "constraint_value"}  # the name before one name per quantity (docs/results.md)
-QUANTITIES = {"max_constraint": "test_max_constraint", "dp_gap": "test_dp_gap", "eo_gap": "test_eo_gap", "fnr": "test_fnr"}
-DEFAULT_QUANTITY = "max_constraint"
+DEFAULT_QUANTITY = CONSTRAINT_VALUE
+
+
+def quantities() -> dict[str, str]:
+    """The quantities a published point may be (its ``quantity``) -> the results column it is comparable with: the
+    constraint value and every registered gap metric (:mod:`raco_bench.constraints.gaps`)."""
+    return {CONSTRAINT_VALUE: f"test_{CONSTRAINT_VALUE}", **{k: f"test_{k}" for k in gap_keys()}}
 
 
 def load_references(path: Path | None, datasets: set[str], constraint: str | None = None) -> pd.DataFrame | None:
     """Published points of ``datasets`` from a CSV in :data:`REFERENCE_COLUMNS`; an optional ``constraint`` column keeps
     only the rows of this sweep's constraint (an empty cell: any constraint). ε empty or inf: a non-private point.
-    The result always has ``quantity`` (a key of :data:`QUANTITIES`) and ``notion`` (possibly empty) columns."""
+    The result always has ``quantity`` (a key of :func:`quantities`) and ``notion`` (possibly empty) columns."""
     if path is None:
         return None
     if not path.is_file():
@@ -43,9 +50,9 @@ def load_references(path: Path | None, datasets: set[str], constraint: str | Non
         ref[column] = values
     quantity = ref["quantity"] if "quantity" in ref.columns else pd.Series(np.nan, index=ref.index)
     ref["quantity"] = quantity.astype(object).where(quantity.notna() & (quantity.astype(str).str.strip() != ""), DEFAULT_QUANTITY).astype(str).str.strip()
-    unknown = sorted(set(ref["quantity"]) - set(QUANTITIES))
+    unknown = sorted(set(ref["quantity"]) - set(quantities()))
     if unknown:
-        raise ReportError(f"reference-points file {path}: column 'quantity' takes {', '.join(QUANTITIES)} (or empty: {DEFAULT_QUANTITY}), "
+        raise ReportError(f"reference-points file {path}: column 'quantity' takes {', '.join(quantities())} (or empty: {DEFAULT_QUANTITY}), "
                           f"got {unknown}")
     notion = ref["notion"] if "notion" in ref.columns else pd.Series(np.nan, index=ref.index)
     ref["notion"] = notion.astype(object).where(notion.notna(), "").astype(str).str.strip()
@@ -56,20 +63,22 @@ def load_references(path: Path | None, datasets: set[str], constraint: str | Non
     return ref
 
 
-def axis_quantities(x: str, constraint: str) -> set[str]:
-    """The reference quantities that the x-axis column ``x`` shows. Under the false-negative-rate constraint the largest
-    constraint quantity is the FNR itself, so a ``max_constraint`` point is also an FNR point."""
-    keys = {k for k, column in QUANTITIES.items() if column == x}
-    if constraint == "false-negative-rate" and keys & {"max_constraint", "fnr"}:
-        keys |= {"max_constraint", "fnr"}
+def axis_quantities(x: str, family: Family) -> set[str]:
+    """The reference quantities that the x-axis column ``x`` shows. Where the family's gap is its constraint value
+    (``gap_is_constraint``: under the false-negative-rate bound the largest constraint value is the FNR itself), a
+    ``max_constraint`` point is also a gap point and the other way round."""
+    keys = {k for k, column in quantities().items() if column == x}
+    both = {CONSTRAINT_VALUE, family.gap}
+    if family.gap_is_constraint and keys & both:
+        keys |= both
     return keys
 
 
-def on_axis(references: pd.DataFrame | None, x: str, constraint: str) -> pd.DataFrame | None:
+def on_axis(references: pd.DataFrame | None, x: str, family: Family) -> pd.DataFrame | None:
     """The points that a figure with x-axis ``x`` draws (None when there is no file)."""
     if references is None:
         return None
-    return references[references["quantity"].isin(axis_quantities(x, constraint))]
+    return references[references["quantity"].isin(axis_quantities(x, family))]
 
 
 def reference_label(method: str, notion: str) -> str:

@@ -209,7 +209,8 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     rows = study.rows
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     files = study.parts[0].params if study.parts else {}  # a user's dataset: its schema and table as the sweep logged them
-    floor, measured = measured_noise_floor(page, dataset, constraint, files.get("sweep.schema") or None, files.get("sweep.data") or None)
+    floor, measured = measured_noise_floor(page, dataset, constraint, files.get("sweep.schema") or None, files.get("sweep.data") or None,
+                                           study.family.spec)
     refs = load_references(references, set(rows["dataset"]), constraint)
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"

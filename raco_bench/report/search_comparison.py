@@ -28,8 +28,10 @@ CONFIGS = "configurations.csv.gz"  # a row per phase-1 configuration of every co
 def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
     """Every phase-1 configuration of each experiment's latest sweep: its search, sizes, the means over its seeds and
     whether a seed failed (against the best constant predictor at its γ, as the sweep's selection judges it)."""
+    from raco_bench.constraints.families import Task
     from raco_bench.data import load_dataset
     from raco_bench.report.export import export_part
+    from raco_bench.report.study import family_of
     from raco_bench.sweeps.plan import failed_seed, failure_baseline
 
     frames = []
@@ -38,7 +40,7 @@ def export_configurations(uri: str, experiments: list[str]) -> pd.DataFrame:
         df = part.rows[part.rows["phase"] == 1]
         search, search_batch = part.params.get("sweep.search", "random"), int(float(part.params.get("sweep.search_batch", 25)))
         ds = load_dataset(str(df["dataset"].iloc[0]), preprocessing=str(df["preprocessing"].iloc[0]))
-        baseline = failure_baseline(str(df["constraint"].iloc[0]), ds.val.y)  # the bar the sweep's selection used
+        baseline = failure_baseline(family_of(df), Task.of(ds), ds.val.y)  # the bar the sweep's selection used
         rows = []
         for (method, eps, gamma, cid), runs in df.groupby(["method", "epsilon", "gamma", "config_id"], dropna=False):
             bar = baseline(float(gamma)) if gamma == gamma else None

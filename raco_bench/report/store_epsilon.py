@@ -3,8 +3,8 @@ same batches composed as one release, beside the per-run ε (docs/privacy.md, "T
 
 from __future__ import annotations
 
+from raco_bench.records.results import read_results
 from raco_bench.report.load import experiment_id
-from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.store_privacy import store_text, sweep_store_epsilon
 
 

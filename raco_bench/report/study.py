@@ -1,7 +1,7 @@
 """A study's data as files in the repository: one "part" per sweep, and a study as the union of its parts.
 
 A part is what one sweep contributes to a results page: its trained configurations' rows (phase 1 and phase 2, the
-columns of :data:`raco_bench.sweeps.results.COLUMNS`), the sweep's spec params (``sweep.*``), its provenance (command,
+columns of :func:`raco_bench.records.results.columns`), the sweep's spec params (``sweep.*``), its provenance (command,
 hardware, version), its wall time, its selections, its skipped counts and the store's ε of its runs (docs/privacy.md,
 "The store's ε"). In a study folder ``STUDY/`` it is two files:
 
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from raco_bench.constraints.families import Family, family
+from raco_bench.records.results import INTEGER, TEXT_DEFAULTS, columns
 from raco_bench.report.load import ReportError
-from raco_bench.sweeps.results import COLUMNS, INTEGER, TEXT_DEFAULTS
 
 FORMAT = 1  # the part files' layout; a reader refuses another
 PARTS = "parts"
 DROPPED = ("trial_key", "run_id", "pack_run_id", "start_time", "calibrated", "ms_per_step", "batch_stream",
            "key_id")  # keys into a store, timings: not a page's
-KEPT = [c for c in COLUMNS if c not in DROPPED]  # the columns of a study's rows
 DIGITS = 6  # significant digits of the floats written
 SELECTION_KEYS = ("method", "epsilon", "gamma", "config_id", "feasible_configs", "failed_configs", "params")  # the rest: from the rows
 
@@ -51,6 +51,7 @@ class Part:
     selections: list[dict] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     store_epsilon: dict[str, dict] = field(default_factory=dict)  # per dataset: the store's ε figures (export.store_figures)
+    columns: tuple[str, ...] | None = None  # a part read from its files: the columns they hold (None: exported from MLflow)
 
     @property
     def max_steps(self) -> int:
@@ -65,6 +66,17 @@ class Part:
         return int(float(self.params.get("sweep.repeat", 0)))
 
 
+def family_of(rows: pd.DataFrame) -> Family:
+    """The constraint family of a study's (or a page's) rows: ``constraint``, and ``constraint_spec`` where it is a custom one."""
+    specs = [s for s in rows.get("constraint_spec", pd.Series(dtype=object)) if isinstance(s, str) and s]
+    return family(str(rows["constraint"].iloc[0]), specs[0] if specs else None)
+
+
+def kept() -> list[str]:
+    """The columns of a study's rows: the results reader's, less :data:`DROPPED`."""
+    return [c for c in columns() if c not in DROPPED]
+
+
 def _plain(value):
     """A JSON-safe scalar: NaN and None become None, numpy scalars Python ones, floats 6 significant digits."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -77,13 +89,13 @@ def _plain(value):
 
 
 def normalise(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows as a study holds them, whether read from MLflow or from a part file: the :data:`KEPT` columns, missing ε/γ
+    """Rows as a study holds them, whether read from MLflow or from a part file: the :func:`kept` columns, missing ε/γ
     as NaN floats, integer ids as ints and empty text cells as their defaults."""
-    out = rows.copy()
-    for col in KEPT:
+    out, keep = rows.copy(), kept()
+    for col in keep:
         if col not in out:
             out[col] = math.nan
-    out = out[KEPT + [c for c in out.columns if c not in KEPT and c not in DROPPED]]
+    out = out[keep + [c for c in out.columns if c not in keep and c not in DROPPED]]
     for col in ("epsilon", "gamma", "repeat", "epsilon_end_to_end"):
         out[col] = pd.to_numeric(out[col].astype(object).where(out[col].notna(), math.nan), errors="coerce").astype(float)
     for col in INTEGER:
@@ -108,6 +120,8 @@ def part_paths(folder: Path, sweep_id: str) -> tuple[Path, Path]:
 def write_part(folder: Path, part: Part) -> list[Path]:
     """Write (or replace) ``part`` in the study folder ``folder``; returns its two files."""
     rows = normalise(part.rows)
+    if part.columns is not None:  # a column newer than the part's files, empty in it: left out, so a part written again keeps its bytes
+        rows = rows.drop(columns=[c for c in rows.columns if c not in part.columns and rows[c].isna().all()])
     constant = [c for c in rows.columns if rows[c].nunique(dropna=False) <= 1 and len(rows)]
     table_path, meta_path = part_paths(folder, part.sweep_id)
     table_path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +153,7 @@ def read_part(meta_path: Path) -> Part:
     if len(rows) != meta["rows"]:
         raise ReportError(f"{table_path}: {len(rows)} rows, its metadata says {meta['rows']}")
     return Part(meta["sweep_id"], meta["experiment"], normalise(rows), meta["params"], meta["provenance"], meta["wall_seconds"],
-                meta["selections"], meta["skipped"], meta.get("store_epsilon", {}))  # a part written before the store's ε has none
+                meta["selections"], meta["skipped"], meta.get("store_epsilon", {}), tuple(rows.columns))  # a part written before the store's ε has none
 
 
 def has_parts(folder: Path) -> bool:
@@ -171,7 +185,12 @@ class Study:
     def rows(self) -> pd.DataFrame:
         """Every part's rows, with the part's cap on T in ``max_steps``."""
         frames = [normalise(p.rows).assign(max_steps=p.max_steps) for p in self.parts]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=KEPT + ["max_steps"])
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=kept() + ["max_steps"])
+
+    @property
+    def family(self) -> Family:
+        """The study's constraint family (:mod:`raco_bench.constraints.families`): a custom one from the spec its rows record."""
+        return family_of(self.rows)
 
     @property
     def repeat_of(self) -> dict[str, int]:

@@ -16,10 +16,14 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     if command:
         p = argparse.ArgumentParser(prog="raco-bench sweep", description="Two-phase sweep on a catalog dataset (--dataset) or a table of your own "
                                                                          "(--schema, --data), under one constraint.")
-        from raco_bench.constraints import BUILDERS
+        from raco_bench.constraints.families import names
 
         p.add_argument("--dataset", help="a catalog dataset (`raco-bench datasets` lists them), or give --schema for your own")
-        p.add_argument("--constraint", help=f"one of {', '.join(BUILDERS)} (default: {base.constraint})")
+        p.add_argument("--constraint", help=f"one of {', '.join(names())}, or a constraint your schema declares (its `constraints` key); "
+                                            f"with --constraint-spec, that spec's name (default: {base.constraint})")
+        p.add_argument("--constraint-spec", metavar="SPEC",
+                       help="a custom rate constraint: a linear combination of rates over (label, group) cells, at most gamma, e.g. "
+                            "'FNR(group=a) - FNR(group=b)' (docs/constraints.md); named 'custom' unless --constraint names it")
     else:
         p = argparse.ArgumentParser(description=f"Two-phase sweep on {base.dataset} ({base.constraint}).")
     b = base
@@ -108,9 +112,14 @@ def parse_args(base: SweepSpec, argv: list[str] | None, command: bool = False) -
     if command:
         if bool(args.dataset) == bool(args.schema):
             p.error("name a catalog dataset (--dataset NAME) or a dataset of your own (--schema SCHEMA [--data TABLE]), one of them")
-        constraint = args.constraint or base.constraint
-        base = replace(base, dataset=args.dataset or base.dataset, constraint=constraint, experiment="",
-                       methods=base.methods if constraint == base.constraint else ())
+        from raco_bench.constraints.families import declared
+        from raco_bench.data.catalog import dataset_schema
+
+        schema = dataset_schema(None if args.schema else args.dataset, args.schema)  # an unknown dataset or a bad schema: refused here
+        constraint, spec = declared(args.constraint or (None if args.constraint_spec else base.constraint), args.constraint_spec,
+                                    schema.constraints)
+        base = replace(base, dataset=args.dataset or base.dataset, constraint=constraint, constraint_spec=spec or "", experiment="",
+                       methods=base.methods if (constraint, spec or "") == (base.constraint, base.constraint_spec) else ())
     base = base.with_user_data(args.schema, args.data) if args.schema else base
     spec = base.smoke() if args.smoke else base.demo() if args.demo else base
     overrides = {

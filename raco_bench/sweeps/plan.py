@@ -2,7 +2,7 @@
 
 A trial is a JSON-able dict typed by :class:`Trial` (it is what a pack carries to its Ray worker and what MLflow
 records), identified by a deterministic ``trial_key``. Its record after training is a row of
-:data:`raco_bench.sweeps.results.COLUMNS`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
+:func:`raco_bench.records.results.columns`; what it leaves unset takes :class:`~raco_bench.training.config.RunConfig`'s
 defaults (the defaults are written there only). Non-private methods do not depend on ε, so
 they run once (ε = None); methods trained without the slack γ (``gamma_is_input = False`` on the
 plugin) run once per ε and are selected for each γ from the same trials.
@@ -20,7 +20,6 @@ from typing import Any, TypedDict
 from raco_bench.methods import get_method
 from raco_bench.methods.space import sample_configs
 from raco_bench.sweeps.spec import SweepSpec
-from raco_bench.training.health import constant_predictor_accuracy
 
 
 class PlannedTrial(TypedDict):
@@ -68,6 +67,8 @@ class Trial(PlannedTrial, total=False):
     epsilon_end_to_end: float
     epsilon_end_to_end_rdp: float
     train_metrics: bool
+    # set by the plan under a custom constraint (docs/constraints.md)
+    constraint_spec: str
     # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): its files and their digest
     schema: str
     data: str | None
@@ -91,6 +92,8 @@ def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, 
         "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
         "batch_draws": spec.draws, "validation_split": spec.repeat,
     }
+    if spec.constraint_spec:  # a custom constraint: its text (docs/constraints.md)
+        t["constraint_spec"] = spec.constraint_spec
     if spec.schema:  # a user's dataset: where its files lie and their digest, checked by the trial
         t.update(schema=spec.schema, data=spec.data or None, files_digest=spec.files_digest)
     t["trial_key"] = trial_key(t)
@@ -186,16 +189,16 @@ class Selection:
 FAILURE_MARGIN = 0.01  # a seed fails when its validation accuracy is below the constant predictor's by more than this
 
 
-def failure_baseline(constraint: str, val_labels) -> Baseline:
-    """γ -> the failure bar of :func:`constant_predictor_accuracy` on these validation labels (their positive rate, once)."""
-    positive_rate = sum(int(y) == 1 for y in val_labels) / len(val_labels)
-    return lambda gamma: constant_predictor_accuracy(constraint, positive_rate, gamma)
+def failure_baseline(family, task, val_labels) -> Baseline:
+    """γ -> the failure bar on these validation labels: what the best constant predictor that meets the constraint scores
+    there, as the constraint's ``family`` declares it (:attr:`raco_bench.constraints.families.Family.constant`)."""
+    return lambda gamma: family.constant_accuracy(task, val_labels, gamma)
 
 
 def failed_seed(result: dict, baseline_accuracy: float | None) -> bool:
     """A phase-1 seed that failed: no finite validation metrics (the run diverged), or validation accuracy more than
     FAILURE_MARGIN below ``baseline_accuracy`` (the best constant predictor's that meets the constraint,
-    :func:`constant_predictor_accuracy`): the run collapsed, whatever its constraint value (a collapsed model often
+    :func:`failure_baseline`): the run collapsed, whatever its constraint value (a collapsed model often
     meets every rate constraint)."""
     acc, con = result.get("val_accuracy", math.nan), result.get("val_max_constraint", math.nan)
     if not (math.isfinite(acc) and math.isfinite(con)):
@@ -288,10 +291,10 @@ GPU_PACK_LIMIT = 65_536  # configurations per GPU trial at most; a trial trains 
 
 def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int], int] | None = None) -> int:
     """On a CPU: at least two packs per concurrent slot (so the slots stay busy to the end), at most 256 configurations
-    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.packs.memory.largest_pack`).
+    per pack, and at most what ``fits(limit)`` says fits the node's memory (:func:`raco_bench.training.pack_memory.largest_pack`).
     On GPUs: one trial per slot (a larger pack trains more configurations per second on a device), at most
     :data:`GPU_PACK_LIMIT`; the trial sizes its packs from the free memory of the device it lands on
-    (:func:`raco_bench.packs.memory.largest_pack_on_device`), so the host's memory does not limit it here."""
+    (:func:`raco_bench.training.pack_memory.largest_pack_on_device`), so the host's memory does not limit it here."""
     if gpu:
         return max(1, min(GPU_PACK_LIMIT, math.ceil(n_trials / max(slots, 1.0))))
     size = max(1, min(256, math.ceil(n_trials / max(2.0 * slots, 1.0))))
@@ -301,7 +304,7 @@ def auto_pack_size(n_trials: int, slots: float, gpu: bool, fits: Callable[[int],
 def pack_memory_fit(trials: list[Trial], spec: SweepSpec, shape, slots: float, free: int | None = None) -> Callable[[int], int] | None:
     """``fits(limit)`` for :func:`auto_pack_size`: the largest pack of these trials (their widest expected batch, their
     most evaluations) that the memory model (docs/packs.md, "Memory") fits in this node's share per slot."""
-    from raco_bench.packs.memory import evaluations_of, largest_pack, pack_budget
+    from raco_bench.training.pack_memory import evaluations_of, largest_pack, pack_budget
 
     budget = pack_budget(slots, shape, free)
     if budget is None or not trials:

@@ -32,7 +32,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from raco_bench import preflight, tracking
-from raco_bench.packs.memory import DataShape
+from raco_bench.constraints.families import Task
+from raco_bench.records.artifacts import RELEASED_ARTIFACT, SELECTIONS_ARTIFACT
+from raco_bench.records.results import read_results
 from raco_bench.sweeps.arguments import parse_args
 from raco_bench.sweeps.calibration import calibrate
 from raco_bench.sweeps.configurations import LABEL_TAGS, log_configuration_runs
@@ -51,26 +53,27 @@ from raco_bench.sweeps.plan import (
     tpe_phase1,
 )
 from raco_bench.sweeps.registry import register_selected
-from raco_bench.sweeps.results import read_results
 from raco_bench.sweeps.spec import SweepSpec
 from raco_bench.sweeps.store_privacy import state_store_epsilon
 from raco_bench.sweeps.trial import dataset_record, log_dataset_input
 from raco_bench.sweeps.tune_storage import drop_pack_folders, experiment_name, experiment_prefix, trial_name
 from raco_bench.training.health import OK, Evidence, Health, judge
+from raco_bench.training.pack_memory import DataShape
 
 ENV_FORWARD = ("RACO_BENCH_DATA", "RACO_BENCH_CACHE", "RACO_BENCH_OFFLINE", "XDG_CACHE_HOME", "RACO_BENCH_GPUS_PER_TRIAL")
 
 
 def validate(spec: SweepSpec, tracking_uri: str | None, storage_path: str | None = None):
     """Everything that can be checked before anything is written."""
-    from raco_bench.constraints import BUILDERS
+    from raco_bench.constraints.families import check_names
     from raco_bench.data import load_dataset
+    from raco_bench.data.catalog import dataset_schema
     from raco_bench.methods import get_method
 
-    if spec.constraint not in BUILDERS:
-        raise ValueError(f"unknown constraint {spec.constraint!r}; choose one of: {', '.join(BUILDERS)}")
+    fam = spec.family  # an unknown constraint is refused here
+    check_names(fam, Task.of_schema(dataset_schema(spec.dataset, spec.schema or None)))  # a group or class the schema lacks: refused now
     for m in spec.methods:
-        reason = get_method(m).supports(spec.constraint)
+        reason = get_method(m).supports(fam)
         if reason:
             raise ValueError(f"method {m} cannot run with {spec.constraint!r}: {reason}; drop it with --methods")
     uri = tracking.resolve_tracking_uri(tracking_uri)
@@ -277,7 +280,7 @@ def _resources(args) -> tuple[dict, str]:
 
 # --------------------------------------------------------------------------------------- results
 def phase_results(uri: str, experiment_id: str, spec: SweepSpec, phase: int) -> list[dict]:
-    """Every configuration a complete pack of this phase recorded (:func:`~raco_bench.sweeps.results.read_results`), as
+    """Every configuration a complete pack of this phase recorded (:func:`~raco_bench.records.results.read_results`), as
     trial-like dicts with its reported metrics; a missing validation constraint is inf (never feasible)."""
     out = []
     for row in read_results(uri, experiment_id, spec.sweep_id, phase).to_dict("records"):
@@ -486,7 +489,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
 
     if spec.tuning == "accounted":
         return run_accounted(spec, args, len(ds.train), uri, experiment_id, storage, t0, key, DataShape.of(ds))
-    baseline = failure_baseline(spec.constraint, ds.val.y)
+    baseline = failure_baseline(spec.family, Task.of(ds), ds.val.y)
     trials1, trained = train_phase1(spec, args, len(ds.train), uri, experiment_id, storage, key, DataShape.of(ds), baseline)
     results1 = phase_results(uri, experiment_id, spec, 1)
     selections = select(spec, results1, baseline)
@@ -507,7 +510,7 @@ def run_sweep(spec: SweepSpec, args) -> dict:
     text += "\n" + rate_line(trained, n_trials, elapsed)
     print(text, flush=True)
     parent2 = tracking.get_or_create_parent(uri, experiment_id, spec.sweep_id, 2, asdict(spec))
-    tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), "selected_configurations.json")
+    tracking.log_text(uri, parent2, json.dumps(rows, indent=2, default=str), SELECTIONS_ARTIFACT)
     tracking.log_text(uri, parent2, text, "summary.txt")
     log_dataset_input(uri, parent2, ds)
     versions = register_selected(uri, experiment_id, spec, selections)
@@ -695,7 +698,6 @@ def run_accounted(spec: SweepSpec, args, n_train: int, uri: str, experiment_id: 
     return {"trials": len(trials), "seconds": elapsed, "rows": rows, "experiment_id": experiment_id, "tracking_uri": uri, "releases": released}
 
 
-RELEASED_ARTIFACT = "released_models.json"  # accounted tuning: what each repetition released, on the phase-1 parent
 STORE_LINES = ("The lines below describe the whole store, every candidate of every search and so each search's K: they are outside the "
                "released models' claim, and not to be published with a released model.")
 

@@ -14,7 +14,7 @@ TUNING_MODES = ("not-accounted", "accounted")  # outside the budget (the papers)
 SEARCHES = ("random", "tpe")  # phase 1's configurations: random draws | Optuna's TPE, asked in rounds (docs/sweeps.md, "Search")
 STEP_BUDGETS = ("noise", "steps", "either")  # σ searched, T from the accountant | T searched, σ calibrated | both (docs/sweeps.md)
 NEW_FIELDS = {"search": "random", "search_batch": 25, "step_budget": "noise", "repeat": 0,  # at these values a sweep keeps its id from before them
-              "schema": "", "data": "", "files_digest": ""}
+              "schema": "", "data": "", "files_digest": "", "constraint_spec": ""}
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class SweepSpec:
 
     dataset: str
     constraint: str = RUN.constraint
+    constraint_spec: str = ""  # a custom constraint's text (docs/constraints.md); empty: the registered family `constraint`
     epsilons: tuple[float, ...] = (0.5, 1.0, 3.0, 9.0)
     gammas: tuple[float, ...] = (0.02, 0.05, 0.1)
     methods: tuple[str, ...] = ()  # empty: every method marked for default sweeps that supports the constraint
@@ -67,6 +68,13 @@ class SweepSpec:
                        data=str(Path(data).expanduser().resolve()) if data else "", files_digest=files_digest(schema, data), experiment=experiment)
 
     @property
+    def family(self):
+        """The sweep's constraint family (:func:`raco_bench.constraints.families.family`): refuses an unknown name."""
+        from raco_bench.constraints.families import family
+
+        return family(self.constraint, self.constraint_spec or None)
+
+    @property
     def search_seed(self) -> int:
         """The seed of phase 1's search: ``sample_seed`` for the protocol's first run (repeat 0, as before repeats existed),
         a seed of its own for each later repeat, so that a repeat searches afresh."""
@@ -102,7 +110,7 @@ class SweepSpec:
         if not self.methods:
             from raco_bench.methods import default_methods
 
-            object.__setattr__(self, "methods", default_methods(self.constraint))
+            object.__setattr__(self, "methods", default_methods(self.family))
         object.__setattr__(self, "methods", tuple(self.methods))
         if not self.epsilons or any(not (e > 0 and math.isfinite(e)) for e in self.epsilons):
             raise ValueError(f"epsilons must be finite numbers > 0 (non-private methods run without one), got {self.epsilons}")

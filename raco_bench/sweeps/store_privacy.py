@@ -23,9 +23,9 @@ from raco_bench.methods.base import Budget
 from raco_bench.privacy import events
 from raco_bench.privacy.accounting import SelectionRelease
 from raco_bench.privacy.store import StoreEpsilon, StoreRelease, split_batched, store_epsilon
-from raco_bench.sweeps.results import read_results
+from raco_bench.records.artifacts import STORE_ARTIFACT
+from raco_bench.records.results import read_results
 
-STORE_ARTIFACT = "store_epsilon.json"  # on every phase parent of a finished sweep
 STORE_TAG = "raco_bench.store_epsilon"
 UNRECORDED_STREAM = ("batch_draws=shared, but the batch stream it drew was not recorded (a store older than the recorded stream "
                      "ids): which runs drew the same batches is unknown")
@@ -48,7 +48,7 @@ def _published_train_rows(row: dict) -> int | None:
 
 
 def release_of(row: dict) -> StoreRelease:
-    """One recorded configuration (a row of :func:`raco_bench.sweeps.results.read_results`) as a release."""
+    """One recorded configuration (a row of :func:`raco_bench.records.results.read_results`) as a release."""
     label = f"{row['method']} config {row['config_id']} seed {row['seed']}" + (f" eps {row['epsilon']:g}" if row.get("epsilon") else "")
     method = get_method(row["method"])
     if not method.private:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raco_bench import tracking
+from raco_bench.constraints.gaps import gap_keys
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
 from raco_bench.training.health import passes
@@ -35,7 +36,18 @@ from raco_bench.training.health import passes
 if TYPE_CHECKING:
     from raco_bench.sweeps.plan import Trial
 
-METRICS = ("accuracy", "error", "max_constraint", "max_violation", "dp_gap", "eo_gap", "fnr", "worst_group_loss", "satisfied", "top_class_share")
+
+
+def metric_keys() -> tuple[str, ...]:
+    """The metrics a run records per split: the evaluation's, with every registered gap metric (raco_bench.constraints.gaps)."""
+    return ("accuracy", "error", "max_constraint", "max_violation", *gap_keys(), "worst_group_loss", "satisfied", "top_class_share")
+
+
+def curve_keys() -> tuple[str, ...]:
+    """The metrics a run records as step-indexed curves per split."""
+    return ("accuracy", "max_constraint", *gap_keys())
+
+
 HEALTH, HEALTH_NOTE = "health", "health_note"  # the reported model's verdict (raco_bench.training.health): a tag, a column
 
 
@@ -56,7 +68,7 @@ def _dataset(name: str, split_seed: int, preprocessing: str, schema: str | None 
 NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
 PRIVACY_RUN_FIELDS = ("epsilon", "delta")
 SELECTION_RUN_FIELDS = ("selection_noise", "selection_checkpoints")
-USER_DATA_FIELDS = ("schema", "data")  # logged for a user's dataset only
+USER_DATA_FIELDS = ("schema", "data", "constraint_spec")  # logged where set: a user's dataset, a custom constraint
 
 
 def run_params(config: dict, private: bool) -> dict:
@@ -73,7 +85,7 @@ def run_params(config: dict, private: bool) -> dict:
 
 def _flat(prefix: str, block: dict) -> dict[str, float]:
     out = {}
-    for k in METRICS:
+    for k in metric_keys():
         if k in block:
             out[f"{prefix}{k}"] = float(block[k])
     return out
@@ -109,7 +121,7 @@ def history_points(entry: dict) -> list[tracking.Point]:
     """One evaluation's step-indexed points: ``eval/<split>_<metric>`` and whatever the method's report() returns as ``eval/<name>``."""
     step = entry["step"]
     points = [(f"eval/{split}_{k}", float(entry[split][k]), step) for split in ("train", "val", "test") if split in entry
-              for k in ("accuracy", "max_constraint", "dp_gap", "eo_gap", "fnr") if k in entry[split]]
+              for k in curve_keys() if k in entry[split]]
     points += [(f"eval/{k}", float(v), step) for k, v in entry.items() if k not in NOT_DIAGNOSTICS and isinstance(v, (int, float))]
     return points
 
@@ -118,7 +130,7 @@ def run_config(trial: Trial, device: str):
     from raco_bench.training.config import RunConfig
 
     optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
-                                      "batch_draws", "schema", "data", "validation_split")
+                                      "batch_draws", "schema", "data", "validation_split", "constraint_spec")
                 if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
     return RunConfig(
         dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
@@ -181,6 +193,8 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
     """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
     row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
                                      "delta", "config_id", "seed", "preprocessing", "checkpoint", "batch_draws")}
+    if trial.get("constraint_spec"):
+        row["constraint_spec"] = trial["constraint_spec"]
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
         row.update(repeat=trial["repeat"], tuning_note=trial.get("tuning_note", ""))  # never K: the claim needs it secret
@@ -308,7 +322,7 @@ def device_pack_size(runs: list, dataset, device: str) -> int | None:
     """The most configurations one pack of ``runs`` takes on a CUDA ``device``: the memory model's largest pack
     (their widest expected batch, their most evaluations) in the device's free memory, read now, on the device the
     trial landed on (docs/packs.md, "The GPU path"); None on a CPU, where the sweep sized the pack."""
-    from raco_bench.packs.memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
+    from raco_bench.training.pack_memory import DataShape, device_free_memory, evaluations_of, largest_pack_on_device
 
     free = device_free_memory(device)
     if free is None or not runs:
@@ -333,14 +347,14 @@ def execute_pack(pack: dict, tracking_uri: str, experiment_id: str, parent_run_i
     ``key`` is the sweep's secret key (``randomness=secret``): every configuration of the pack draws from it, each
     from its own stream. It reaches the trial through Ray's object store and is written nowhere.
 
-    ``checkpoint`` (a :class:`raco_bench.packs.run.PackCheckpoint`) saves the pack's state while it trains and holds the
+    ``checkpoint`` (a :class:`raco_bench.training.pack.PackCheckpoint`) saves the pack's state while it trains and holds the
     state an earlier attempt saved: a retried pack continues from there and ends as an uninterrupted one.
     """
     import pandas as pd
     import torch
 
-    from raco_bench.packs.run import train_runs
     from raco_bench.training.loop import prepare_run
+    from raco_bench.training.pack import train_runs
 
     torch.set_num_threads(1)  # one CPU per trial
     first = pack["members"][0]
@@ -439,7 +453,7 @@ def tune_checkpoint(every_s: float):
     import torch
     from ray import tune
 
-    from raco_bench.packs.run import PackCheckpoint
+    from raco_bench.training.pack import PackCheckpoint
 
     restored = None
     found = tune.get_checkpoint()

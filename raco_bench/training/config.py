@@ -31,7 +31,8 @@ BATCH_DRAWS = ("own", "shared")  # where a run's Poisson batches come from (batc
 class RunConfig:
     dataset: str = "adult"
     method: str = DEFAULT_METHOD
-    constraint: str = "demographic-parity"
+    constraint: str = "demographic-parity"  # a registered family, or the name of a custom one (constraint_spec)
+    constraint_spec: str | None = None  # a custom constraint's text (docs/constraints.md); None: the registered family `constraint`
     gamma: float = 0.05
     epsilon: float = 1.0
     delta: float = 1e-5
@@ -64,6 +65,9 @@ class RunConfig:
         if not (math.isfinite(self.gamma) and 0 <= self.gamma <= 1):
             raise ValueError(f"invalid gamma={self.gamma!r}: the constraint slack bounds a difference of rates, so it must be in [0, 1] "
                              "(a gamma above 1 constrains nothing)")
+        from raco_bench.constraints.families import family
+
+        family(self.constraint, self.constraint_spec)  # an unknown name or a spec that does not read is refused here
         from raco_bench.data.schema import PREPROCESSING_MODES
 
         if self.preprocessing not in PREPROCESSING_MODES:
@@ -154,7 +158,8 @@ def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     the same configuration with the same seed; a configuration draws the same stream alone and in a pack
     (docs/privacy.md, "Random numbers")."""
     identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
-    if not identity["validation_split"]:
-        identity.pop("validation_split")  # the protocol's split keeps the stream ids from before resamples existed
+    for key in ("validation_split", "constraint_spec"):  # at their defaults, runs keep the stream ids from before these fields
+        if not identity[key]:
+            identity.pop(key)
     identity["hyperparameters"] = hyperparameters
     return _signed_hash(identity)

@@ -6,10 +6,8 @@ privacy-accounted (docs/privacy.md, "Checkpoint rules").
 
 Metrics: accuracy and error; each constraint's exact hard value Γ_j (hard argmax rates, eq. 6),
 its max and the max violation max(0, max_j Γ_j − γ_j), whether every constraint holds; the soft
-max; the demographic-parity gap max_k (max_a − min_a) P(ŷ=k | a), the equalized-odds gap
-max_{y,k} (max_a − min_a) P(ŷ=k | y, a) (both over non-empty cells; for binary tasks these are
-fairlearn's demographic_parity_difference and equalized_odds_difference), for binary tasks the
-false-negative rate P(ŷ=0 | y=1), the share of the most predicted class (``top_class_share``, what the health verdict's
+max; every registered gap metric (:mod:`raco_bench.constraints.gaps`: the demographic-parity gap, the equalized-odds gap,
+for binary tasks the false-negative rate), whatever the run's constraint; the share of the most predicted class (``top_class_share``, what the health verdict's
 one-class rule reads, :mod:`raco_bench.training.health`), and the bounded-group-loss family: each sensitive group's mean
 cross-entropy of the model's predictive distribution softmax(τz) (``group_losses``) and its maximum
 (``worst_group_loss``, docs/methods/budget-tailoring.md), for every method. Those and the soft max
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from raco_bench.constraints.gaps import gaps_of_counts
 from raco_bench.constraints.problem import CompiledRates, RateProblem
 from raco_bench.data.tabular import Split
 from raco_bench.jit import kernel
@@ -220,33 +219,10 @@ def split_counts(logits: torch.Tensor, split: EvalSplit, taus: torch.Tensor, n_g
     return _general_counts(logits, pred, split, taus, n_groups, n_classes, n_parts, losses)
 
 
-def _cell_rate_gaps(counts: torch.Tensor) -> torch.Tensor:
-    """Per model, max over classes k of (max − min) over non-empty cells of P(ŷ = k | cell), from counts K × cells × c."""
-    sizes = counts[0].sum(-1)
-    present = sizes > 0
-    if int(present.sum()) < 2:
-        return torch.zeros(counts.shape[0], dtype=torch.float64, device=counts.device)
-    rates = counts[:, present] / sizes[present][None, :, None]
-    return (rates.max(1).values - rates.min(1).values).max(1).values
-
-
-def _gaps_of_counts(counts: torch.Tensor, n_groups: int, n_classes: int) -> dict[str, list[float]]:
-    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) per model, from counts K × (y, a) × ŷ."""
-    counts = counts.view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
-    dp = _cell_rate_gaps(counts.sum(1))
-    eo = [_cell_rate_gaps(counts[:, label]) for label in range(n_classes) if bool(counts[0, label].sum() > 0)]
-    out = {"dp_gap": dp.tolist(), "eo_gap": (torch.stack(eo).max(0).values if eo else torch.zeros_like(dp)).tolist()}
-    if n_classes == 2:
-        positives = counts[:, 1].sum(1)  # K × ŷ, rows with y = 1
-        total = positives[0].sum()
-        out["fnr"] = (positives[:, 0] / total if bool(total > 0) else torch.zeros_like(dp)).tolist()
-    return out
-
-
 def fairness_gaps(pred: torch.Tensor, y: torch.Tensor, group: torch.Tensor, n_groups: int, n_classes: int) -> list[dict[str, float]]:
-    """Demographic-parity and equalized-odds gaps (and the FNR for binary tasks) of K prediction vectors (K × N),
-    from the counts per (label, group) cell."""
-    gaps = _gaps_of_counts(class_counts(pred.T, cell_ids(y, group, n_groups), n_classes * n_groups, n_classes), n_groups, n_classes)
+    """Every registered gap metric (:mod:`raco_bench.constraints.gaps`: the demographic-parity and equalized-odds gaps, the
+    FNR for binary tasks) of K prediction vectors (K × N), from the counts per (label, group) cell."""
+    gaps = gaps_of_counts(class_counts(pred.T, cell_ids(y, group, n_groups), n_classes * n_groups, n_classes), n_groups, n_classes)
     return [dict(zip(gaps, values)) for values in zip(*gaps.values())]
 
 
@@ -364,7 +340,7 @@ def metrics_of_counts(stats: SplitCounts, split: EvalSplit, n_groups: int, n_cla
     cells = stats.counts.view(-1, n_classes, n_groups, n_classes)  # K × y × a × ŷ
     correct = torch.stack([cells[:, j, :, j].sum(1) for j in range(n_classes)]).sum(0)
     accuracy = (correct / N).tolist() if N else [float("nan")] * len(correct)
-    gaps = _gaps_of_counts(stats.counts, n_groups, n_classes)
+    gaps = gaps_of_counts(stats.counts, n_groups, n_classes)
     top = (stats.counts.sum(1).max(1).values / N).tolist() if N else [float("nan")] * len(correct)  # the most predicted class's share
     out = [{**{key: values[k] for key, values in gaps.items()}, "accuracy": acc, "error": 1.0 - acc, "top_class_share": share}
            for k, (acc, share) in enumerate(zip(accuracy, top))]

@@ -6,8 +6,8 @@ A verdict is ``ok`` or the flags of the rules a result breaks, each with a sente
 * ``few-steps``: fewer than :data:`MIN_PASSES` expected pass over the training split, T·B/n < 1 (B the expected batch
   size; a method without one takes full-batch steps, one pass each): the model has barely moved from its start;
 * ``constant``: test accuracy within :data:`NOISE_Z` standard errors of the best constant predictor's, or below it. The
-  constant predictor is the best constant that meets the constraint on the split's labels
-  (:func:`constant_predictor_accuracy`: the majority rate for demographic parity and equalized odds), and the
+  constant predictor is the best constant that meets the constraint on the split's labels, as its family declares it
+  (:func:`constant_accuracy`; the majority rate for demographic parity and equalized odds), and the
   standard error is a proportion's at that rate on the split's rows, √(c(1 − c)/n);
 * ``one-class``: at least :data:`ONE_CLASS_SHARE` of the test predictions are one class: a constraint met this way is
   met by not classifying;
@@ -35,35 +35,14 @@ RULES = ("few-steps", "constant", "one-class", "capped")
 OK = "ok"
 
 
-def constant_predictor_accuracy(constraint: str, positive_rate: float, gamma: float) -> float | None:
-    """The best accuracy of a constant, possibly randomised, binary predictor that meets ``constraint`` at slack γ, on
-    labels whose share of positives is ``positive_rate`` (docs/sweeps.md, "Seeds that fail"):
-
-    * demographic parity, equalized odds: every constant predictor has zero gaps, so the bar is the majority rate;
-    * false-negative rate ≤ γ: predicting positive with probability p has FNR 1 − p, so p ≥ 1 − γ and the best such
-      predictor reaches max(γ·r₀ + (1 − γ)·r₁, r₁), with r₀, r₁ the negative and positive rates;
-    * any other constraint: None (no constant predictor is known to meet it).
-    """
-    r1 = float(positive_rate)
-    r0 = 1.0 - r1
-    if constraint in ("demographic-parity", "equalized-odds"):
-        return max(r0, r1)
-    if constraint == "false-negative-rate":
-        g = min(max(float(gamma), 0.0), 1.0)
-        return max(g * r0 + (1.0 - g) * r1, r1)
-    return None
-
-
-def constant_accuracy(constraint: str, labels, gamma: float) -> float:
+def constant_accuracy(family, task, labels, gamma: float) -> float:
     """The accuracy a model must beat on a split with these labels: the best constant predictor's that meets the
-    constraint (binary labels), else the majority rate."""
+    constraint (what its family declares, :attr:`raco_bench.constraints.families.Family.constant`), else the majority rate."""
+    bar = family.constant_accuracy(task, labels, gamma)
+    if bar is not None:
+        return bar
     y = np.asarray(labels)
-    shares = np.bincount(y.astype(int)) / max(len(y), 1)
-    if len(shares) <= 2:
-        bar = constant_predictor_accuracy(constraint, float(shares[1]) if len(shares) == 2 else 0.0, gamma)
-        if bar is not None:
-            return bar
-    return float(shares.max()) if len(shares) else math.nan
+    return float(np.bincount(y.astype(int)).max() / len(y)) if len(y) else math.nan
 
 
 def passes(steps: float, batch_size: float | None, n_train: float) -> float:

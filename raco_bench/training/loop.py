@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from raco_bench.constraints import build_constraint
+from raco_bench.constraints.families import Task, family
 from raco_bench.data import TabularDataset, load_dataset
 from raco_bench.data.catalog import public_train_rows
 from raco_bench.methods import get_method
@@ -106,18 +106,19 @@ def prepare_run(cfg: RunConfig, dataset: TabularDataset | None = None, cache: Ca
     if ds.validation_split != cfg.validation_split:
         raise ValueError(f"the dataset holds train/validation split {ds.validation_split} but the run asks for {cfg.validation_split}")
     device = torch.device(cfg.device)
-    problem = build_constraint(cfg.constraint, ds.n_groups, ds.n_classes, cfg.gamma)
+    problem = family(cfg.constraint, cfg.constraint_spec).problem(Task.of(ds), cfg.gamma)
     ctx = Context(dataset=ds, config=cfg, hyper=hyper, problem=problem, rates=problem.compile(device), device=device, cache=cache or CalibrationCache(),
                   source=source, stream_id=stream_id(cfg, asdict(hyper)), batch_stream_id=batch_stream_id(cfg, asdict(hyper)))
     method.prepare(ctx)
     ctx.privacy = with_pipeline_labels(ctx.privacy, ds, cfg)
-    evals = {k: _eval_split(ds, k, s, problem, cfg.constraint, device) for k, s in ds.splits().items() if k != "train" or cfg.releases_train_metrics}
+    evals = {k: _eval_split(ds, k, s, problem, device) for k, s in ds.splits().items() if k != "train" or cfg.releases_train_metrics}
     return Run(method, ctx, evals)
 
 
-def _eval_split(ds: TabularDataset, name: str, split, problem, constraint: str, device: torch.device) -> EvalSplit:
-    """A split as evaluation tensors, built once per dataset, device and constraint and shared by the runs prepared on it."""
-    return ds.shared_tensors(("eval", name, str(device), constraint),
+def _eval_split(ds: TabularDataset, name: str, split, problem, device: torch.device) -> EvalSplit:
+    """A split as evaluation tensors, built once per dataset, device and partition (what a row's part depends on) and
+    shared by the runs prepared on it."""
+    return ds.shared_tensors(("eval", name, str(device), problem.partition),
                              lambda: EvalSplit.for_problem(split, problem, device))
 
 
@@ -242,7 +243,8 @@ class RunRecorder:
             chosen_params = self.private_params
         fallback = "" if chosen is not None or cfg.checkpoint == "last" else "; no checkpoint met the constraints, so the last iterate"
         reported = {**(chosen if chosen is not None else last), "rule": cfg.checkpoint, "rule_note": CHECKPOINT_RULES[cfg.checkpoint] + fallback}
-        constants = {name: constant_accuracy(cfg.constraint, split.y, cfg.gamma) for name, split in (("val", ds.val), ("test", ds.test))}
+        fam, task = family(cfg.constraint, cfg.constraint_spec), Task.of(ds)
+        constants = {name: constant_accuracy(fam, task, split.y, cfg.gamma) for name, split in (("val", ds.val), ("test", ds.test))}
         verdict = judge(Evidence(
             steps=T, passes=passes(T, getattr(ctx.hyper, "batch_size", None), ctx.n_train), accuracy=reported["test"]["accuracy"],
             constant_accuracy=constants["test"], rows=len(ds.test), top_class_share=reported["test"].get("top_class_share", math.nan),

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.lagrangian import fused
 from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.draws import BatchesAhead, DrawAhead, FixedBatches, ahead_steps, distinct_batches
@@ -32,7 +33,6 @@ from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_fo
 from raco_bench.packs.tensors import batch_groups, chunk_budget, chunks, padded_groups, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
-from raco_bench.training.tensors import TrainData
 
 
 @dataclass(frozen=True)

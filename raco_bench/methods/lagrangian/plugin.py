@@ -22,6 +22,7 @@ from typing import ClassVar
 
 import torch
 
+from raco_bench.data.tensors import TrainData
 from raco_bench.methods.base import Budget, Context, Method, PrivacyPlan, check_positive
 from raco_bench.methods.common import batch_choices, check_batch, plan_steps, selection_note, train_tensors
 from raco_bench.methods.lagrangian.audit import lagrangian_view
@@ -31,7 +32,6 @@ from raco_bench.models import build_model
 from raco_bench.privacy.accounting import HISTOGRAM_BATCH_MODES, StepMechanism, epsilon, separate_composition_epsilon, smallest_noise_within
 from raco_bench.privacy.calibration import NO_NOISE_SUFFICES, StepNoiseProblem, StepsProblem
 from raco_bench.privacy.counter_rng import Stream
-from raco_bench.training.tensors import TrainData
 
 DUAL_UPDATES = ("soft", "hard")
 STEP_BUDGETS = ("noise", "steps")

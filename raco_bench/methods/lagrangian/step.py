@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 
 from raco_bench.constraints.problem import CompiledRates
+from raco_bench.data.tensors import TrainData
 from raco_bench.models import Batch, Params
 from raco_bench.objective import tempered_softmax
 from raco_bench.privacy.counter_rng import HISTOGRAM_BATCH, Stream
-from raco_bench.training.tensors import TrainData
 
 
 @dataclass

@@ -14,22 +14,31 @@ import math
 import pandas as pd
 
 from raco_bench import tracking
+from raco_bench.constraints.gaps import gap_keys
 
-COLUMNS = [
-    "trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "method", "phase", "epsilon", "gamma",
-    "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "batch_draws", "outside_budget", "style", "epsilon_spent",
-    "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint", "test_dp_gap", "test_eo_gap", "test_fnr",
+HEAD = [
+    "trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "constraint_spec", "method", "phase",
+    "epsilon", "gamma", "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "batch_draws", "outside_budget",
+    "style", "epsilon_spent", "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint",
+]  # then every registered gap metric's test column (raco_bench.constraints.gaps), then TAIL
+TAIL = [
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
     "selection_noise", "selection_checkpoints",  # checkpoint=private: what the store's ε composes (raco_bench/sweeps/store_privacy.py)
     "test_top_class_share", "test_constant_accuracy", "test_rows", "passes",  # what the health verdict reads (raco_bench.training.health)
     "batch_stream", "key_id",  # the batches a configuration drew: its stream (empty: its own) under its key's fingerprint (the store's ε)
 ]
-OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end")  # None when absent
+OPTIONAL = ("epsilon", "gamma", "repeat", "epsilon_end_to_end", "constraint_spec")  # None when absent
 INTEGER = ("phase", "config_id", "seed")
 TEXT_DEFAULTS = {"tuning": "not-accounted", "outside_budget": "", "privacy_notion": "", "skipped": "", "batch_stream": "",
                  "key_id": ""}  # for an empty cell
 ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what the run read outside the budget is unknown
+
+
+def columns() -> list[str]:
+    """The columns of :func:`read_results`: :data:`HEAD`, ``test_<gap>`` for every registered gap metric, :data:`TAIL` (read at
+    call time: a family registered in a test adds its gap here too)."""
+    return HEAD + [f"test_{key}" for key in gap_keys()] + TAIL
 
 
 def sweep_starts(packs: list) -> dict[str, int]:
@@ -43,7 +52,7 @@ def sweep_starts(packs: list) -> dict[str, int]:
 
 def read_results(uri: str, experiment_id: str, sweep_id: str | None = None, phase: int | None = None) -> pd.DataFrame:
     """Every configuration that a complete pack of ``sweep_id`` (any when None) and ``phase`` (any when None) recorded:
-    a row each, with exactly :data:`COLUMNS`. A configuration the method could not train has its reason in ``skipped``
+    a row each, with exactly :func:`columns`. A configuration the method could not train has its reason in ``skipped``
     (empty otherwise) and NaN metrics."""
     return results_of(uri, tracking.completed_packs(uri, experiment_id, sweep_id, phase))
 
@@ -51,11 +60,12 @@ def read_results(uri: str, experiment_id: str, sweep_id: str | None = None, phas
 def results_of(uri: str, packs: list) -> pd.DataFrame:
     """:func:`read_results` of complete pack runs already found (a reader that searched the store once)."""
     table = tracking.pack_tables(uri, packs)
+    wanted = columns()
     if table.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=wanted)
     start = {r.info.run_id: r.info.start_time for r in packs}
     table = table.assign(start_time=table["pack_run_id"].map(start), style=table.get("method_style"))
-    for col in COLUMNS:
+    for col in wanted:
         if col not in table:
             table[col] = ABSENT.get(col, TEXT_DEFAULTS.get(col, math.nan))
     for col, default in TEXT_DEFAULTS.items():
@@ -65,7 +75,7 @@ def results_of(uri: str, packs: list) -> pd.DataFrame:
     table["repeat"] = [None if r is None else int(r) for r in table["repeat"]]
     for col in INTEGER:
         table[col] = table[col].astype(int)
-    return table[COLUMNS].reset_index(drop=True)
+    return table[wanted].reset_index(drop=True)
 
 
 def trained(table: pd.DataFrame) -> pd.DataFrame:
