@@ -294,52 +294,19 @@ def _refuse_below_noise_floor(dataset, cfg: RunConfig) -> None:
 FLOOR_DRAWS = 200  # coin draws of train's noise-floor check (the pages measure 1,000)
 
 
+BENCHMARKS = {"data": "data_load", "steptime": "step_time", "report-scale": "report_scale", "throughput": "throughput",
+              "memory": "pack_memory", "preprocessing": "preprocessing_cost", "audit": "audit_tightness", "store": "store_scale",
+              "tuning": "tuning_steps", "one-run": "one_run_bounds", "preflight": "preflight"}  # name -> raco_bench.benchmarks module
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from raco_bench.benchmarks import step_time
+    import importlib
 
-    if args.what == "data":
-        from raco_bench.benchmarks import data_load
+    if args.what == "walltime":
+        from raco_bench.benchmarks import step_time
 
-        return data_load.main(args.rest)
-    if args.what == "steptime":
-        return step_time.main(args.rest)
-    if args.what == "report-scale":
-        from raco_bench.benchmarks import report_scale
-
-        return report_scale.main(args.rest)
-    if args.what == "throughput":
-        from raco_bench.benchmarks import throughput
-
-        return throughput.main(args.rest)
-    if args.what == "memory":
-        from raco_bench.benchmarks import pack_memory
-
-        return pack_memory.main(args.rest)
-    if args.what == "preprocessing":
-        from raco_bench.benchmarks import preprocessing_cost
-
-        return preprocessing_cost.main(args.rest)
-    if args.what == "audit":
-        from raco_bench.benchmarks import audit_tightness
-
-        return audit_tightness.main(args.rest)
-    if args.what == "store":
-        from raco_bench.benchmarks import store_scale
-
-        return store_scale.main(args.rest)
-    if args.what == "tuning":
-        from raco_bench.benchmarks import tuning_steps
-
-        return tuning_steps.main(args.rest)
-    if args.what == "one-run":
-        from raco_bench.benchmarks import one_run_bounds
-
-        return one_run_bounds.main(args.rest)
-    if args.what == "preflight":
-        from raco_bench.benchmarks import preflight
-
-        return preflight.main(args.rest)
-    return step_time.main_walltime(args.rest)
+        return step_time.main_walltime(args.rest)
+    return importlib.import_module(f"raco_bench.benchmarks.{BENCHMARKS[args.what]}").main(args.rest)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -683,8 +650,7 @@ def _add_schema(p: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["steptime", "walltime", "throughput", "memory", "report-scale", "preprocessing", "audit", "tuning", "one-run",
-                                    "data", "preflight", "store"],
+    p.add_argument("what", choices=["walltime", *BENCHMARKS],
                    help="which benchmark (each has its own --help)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
 
