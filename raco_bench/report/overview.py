@@ -79,6 +79,9 @@ def studies_table(root: Path) -> str:
                      "repeats": len(repeats), "parts": len(study.parts),
                      "sweep wall time": wall,
                      "page": f"[README]({page.name}/README.md)"})
+    for page in sorted(p for p in root.iterdir() if p.is_dir() and not has_parts(p) and (p / "README.md").is_file()):
+        rows.append({"study": page.name, "ε": "", "γ": "", "methods": "", "protocol": "on its page (no parts: kept as written, not rebuilt)",
+                     "repeats": "", "parts": 0, "sweep wall time": "on its page", "page": f"[README]({page.name}/README.md)"})
     return pd.DataFrame(rows).to_markdown(index=False) if rows else "No page here has study data."
 
 
