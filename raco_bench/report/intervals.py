@@ -83,9 +83,14 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     mean = _mean(vals)
     if len(vals) == 1:
         return Interval(mean, math.nan, math.nan, 1, level)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
-    half = t_quantile(0.5 + level / 2, len(vals) - 1) * sd / math.sqrt(len(vals))
+    half = t_quantile(0.5 + level / 2, len(vals) - 1) * _sd(vals) / math.sqrt(len(vals))
     return Interval(mean, mean - half, mean + half, len(vals), level)
+
+
+def _sd(vals: Sequence[float]) -> float:
+    """The sample standard deviation of ``vals`` (at least two values)."""
+    mean = _mean(vals)
+    return math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
 
 
 def mean_interval(by_repeat: Sequence[Sequence[float]], level: float = LEVEL) -> Interval:
@@ -130,7 +135,8 @@ def share_interval(successes: Sequence[int], totals: Sequence[int], level: float
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0, level)
     share = sum(successes) / n
-    low, high = wilson(sum(successes) / design_effect(successes, totals), n / design_effect(successes, totals), level)
+    deff = design_effect(successes, totals)
+    low, high = wilson(sum(successes) / deff, n / deff, level)
     return Interval(share, low, high, sum(1 for t in totals if t > 0), level)
 
 
@@ -154,8 +160,7 @@ def paired_share_difference(a: dict[int, tuple[int, int]], b: dict[int, tuple[in
         return p * (1 - p) / (runs + 2)
 
     floor = _mean([adjusted(*a[r]) + adjusted(*b[r]) for r in common]) / len(common)
-    observed = ((plain.high - plain.estimate) / t_quantile(0.5 + level / 2, plain.n - 1)) ** 2
-    half = t_quantile(0.5 + level / 2, plain.n - 1) * math.sqrt(max(observed, floor))
+    half = t_quantile(0.5 + level / 2, plain.n - 1) * math.sqrt(max(_sd(diffs) ** 2 / plain.n, floor))
     return Interval(plain.estimate, max(-1.0, plain.estimate - half), min(1.0, plain.estimate + half), plain.n, level)
 
 

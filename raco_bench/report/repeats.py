@@ -72,11 +72,11 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
     out = []
     for key, repeats in sorted(ran.items()):
         method, epsilon, gamma = key
-        mine = sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
+        mine = _cell(sat, method, epsilon, gamma)
         error = t_interval(mine["test_error"].tolist())
         constraint = t_interval(mine["test_max_constraint"].tolist())
-        met = [int(round(s * n)) for s, n in zip(mine["share_meeting"], mine["n_runs"])]
-        share = share_interval(met, mine["n_runs"].astype(int).tolist())
+        met = _met_counts(mine)
+        share = share_interval([m for m, _ in met], [n for _, n in met])
         out.append({"method": method, "epsilon": epsilon, "gamma": gamma, "repeats": len(repeats), "repeats_with_model": mine["repeat"].nunique(),
                     "test_error": error.estimate, "test_error_low": error.low, "test_error_high": error.high,
                     "test_max_constraint": constraint.estimate, "test_max_constraint_low": constraint.low, "test_max_constraint_high": constraint.high,
@@ -85,9 +85,24 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
     return pd.DataFrame(out, columns=REPEAT_COLUMNS)
 
 
-def _per_repeat(sat: pd.DataFrame, method: str, epsilon: float, gamma: float, column: str) -> dict:
-    mine = sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
-    return {int(r): (v if isinstance(v, tuple) else float(v)) for r, v in zip(mine["repeat"], mine[column])}
+def _cell(sat: pd.DataFrame, method: str, epsilon: float, gamma: float) -> pd.DataFrame:
+    """The satisfaction rows of one (method, ε, γ) cell, a row per repeat with a selected model."""
+    return sat[(sat["method"] == method) & (sat["epsilon"].astype(float) == epsilon) & ((sat["gamma"] - gamma).abs() < 1e-9)]
+
+
+def _met_counts(rows: pd.DataFrame) -> list[tuple[int, int]]:
+    """Per row, (phase-2 runs meeting γ, runs), from its share and run count."""
+    return [(int(round(s * n)), int(n)) for s, n in zip(rows["share_meeting"], rows["n_runs"])]
+
+
+def _per_repeat_errors(sat: pd.DataFrame, method: str, epsilon: float, gamma: float) -> dict[int, float]:
+    mine = _cell(sat, method, epsilon, gamma)
+    return {int(r): float(v) for r, v in zip(mine["repeat"], mine["test_error"])}
+
+
+def _per_repeat_met(sat: pd.DataFrame, method: str, epsilon: float, gamma: float) -> dict[int, tuple[int, int]]:
+    mine = _cell(sat, method, epsilon, gamma)
+    return dict(zip((int(r) for r in mine["repeat"]), _met_counts(mine)))
 
 
 def _pipeline(series: str) -> str:
@@ -112,7 +127,6 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
     """``paired.csv`` (the module docstring): A − B per repeat at each ε and γ of A; B at the same ε, or at ε = ∞ for a
     non-private B."""
     sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)), epsilon=sat["epsilon"].astype(float))
-    share = sat.assign(share=[(int(round(s * n)), int(n)) for s, n in zip(sat["share_meeting"], sat["n_runs"])])
     out = []
     for a, b in comparisons(set(sat["method"])):
         b_eps = set(sat.loc[sat["method"] == b, "epsilon"])
@@ -120,8 +134,8 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
             other_eps = epsilon if epsilon in b_eps else (math.inf if math.inf in b_eps else None)
             if other_eps is None:
                 continue
-            error = paired_difference(_per_repeat(sat, a, epsilon, gamma, "test_error"), _per_repeat(sat, b, other_eps, gamma, "test_error"))
-            met = paired_share_difference(_per_repeat(share, a, epsilon, gamma, "share"), _per_repeat(share, b, other_eps, gamma, "share"))
+            error = paired_difference(_per_repeat_errors(sat, a, epsilon, gamma), _per_repeat_errors(sat, b, other_eps, gamma))
+            met = paired_share_difference(_per_repeat_met(sat, a, epsilon, gamma), _per_repeat_met(sat, b, other_eps, gamma))
             out.append({"method": a, "against": b if other_eps == epsilon else f"{b} (non-private)", "epsilon": epsilon, "gamma": gamma,
                         "repeats_paired": error.n, "test_error_difference": error.estimate, "test_error_difference_low": error.low,
                         "test_error_difference_high": error.high, "error_verdict": verdict(error, lower_is_better=True),
