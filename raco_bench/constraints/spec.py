@@ -75,6 +75,11 @@ class Parsed:
         return " ".join(self.text.split())
 
 
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+BARE_NAME = re.compile(r"[^,)|]*")  # a group or class name without quotes: up to the next ',', ')' or '|'
+
+
 class _Reader:
     """A hand-written scanner over one spec, so that every error names the place (the character it is at)."""
 
@@ -103,21 +108,21 @@ class _Reader:
         if self.take(option) is None:
             raise self.fail(f"expected {option!r} {what}")
 
-    def word(self) -> str | None:
+    def match(self, pattern: re.Pattern) -> str | None:
+        """The text ``pattern`` matches here (after spaces), consumed; None where it does not match."""
         self.skip()
-        m = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(self.text, self.i)
+        m = pattern.match(self.text, self.i)
         if m is None:
             return None
         self.i = m.end()
         return m.group()
 
+    def word(self) -> str | None:
+        return self.match(WORD)
+
     def number(self) -> float | None:
-        self.skip()
-        m = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?").match(self.text, self.i)
-        if m is None:
-            return None
-        self.i = m.end()
-        return float(m.group())
+        found = self.match(NUMBER)
+        return None if found is None else float(found)
 
     def name(self, what: str) -> str:
         """A group or class name: quoted, or the text up to the next ``,``, ``)`` or ``|``."""
@@ -129,7 +134,7 @@ class _Reader:
                 raise self.fail(f"the quoted {what} is not closed")
             value, self.i = self.text[self.i + 1:end], end + 1
             return value
-        m = re.compile(r"[^,)|]*").match(self.text, self.i)
+        m = BARE_NAME.match(self.text, self.i)
         value = m.group().strip()
         if not value:
             raise self.fail(f"expected a {what} name")
