@@ -90,20 +90,26 @@ def repeat_pages(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/paired.csv"))
 
 
+def _compared(page: Path) -> pd.DataFrame:
+    """A page's paired comparisons that rest on two repeats or more (a cell run once has no interval: its page shows it)."""
+    paired = pd.read_csv(page / "paired.csv")
+    return paired[paired["repeats_paired"] >= 2]
+
+
 def _page_verdicts(page: Path) -> str:
     """One page's paired comparisons with both cells' means and intervals (empty when it has none)."""
     from raco_bench.report.intervals import Interval
 
     if not (page / "paired.csv").is_file():
         return ""
-    paired = pd.read_csv(page / "paired.csv")
+    paired = _compared(page)
     cells = pd.read_csv(page / "repeats.csv")
-    if paired.empty or (paired["repeats_paired"] < 2).all():
+    if paired.empty:
         return ""
     cell = {(r["method"], float(r["epsilon"]), round(float(r["gamma"]), 6)): r for _, r in cells.iterrows()}
     text = lambda r, c, d=4: "" if r is None else Interval(r[c], r[f"{c}_low"], r[f"{c}_high"], 0).text(d)  # noqa: E731
     rows = []
-    for _, p in paired[paired["repeats_paired"] >= 2].iterrows():  # a cell run once has no interval: its page shows it
+    for _, p in paired.iterrows():
         against = str(p["against"]).removesuffix(" (non-private)")
         gamma = round(float(p["gamma"]), 6)
         mine = cell.get((p["method"], float(p["epsilon"]), gamma))
@@ -150,8 +156,7 @@ def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]
     """(study, method, against at ε) -> verdict -> the γ values with it, for every page with repeats."""
     out = []
     for page in repeat_pages(root):
-        paired = pd.read_csv(page / "paired.csv")
-        paired = paired[paired["repeats_paired"] >= 2]  # no verdict from one repeat
+        paired = _compared(page)
         for (method, against, eps), group in paired.groupby(["method", "against", "epsilon"], sort=True):
             by: dict[str, list[str]] = {}
             for _, r in group.iterrows():
