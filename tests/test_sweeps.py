@@ -70,21 +70,43 @@ def test_phase1_plan_counts_and_keys():
     assert trials[0]["params"] == {"batch_size": 1024}  # config 0 is the method's defaults
 
 
-def test_a_trial_has_exactly_its_typed_keys_and_the_run_takes_every_unset_setting_from_runconfig():
-    """The plan's record of a configuration is typed once (``Trial``); what it leaves out comes from RunConfig."""
+def test_a_trial_is_its_sweep_identity_and_its_runconfig_and_the_table_and_params_come_from_runconfig_fields():
+    """One configuration shape: a trial is the sweep's identity (``PlannedTrial``) plus every RunConfig field a plan
+    sets, taken from the sweep's template (``SweepSpec.run``); its run is those fields back; its pack-table row and
+    its MLflow params are RunConfig's column / recorded fields; the reader's columns include every column field."""
+    from dataclasses import asdict, replace
+
     from raco_bench.records.results import columns
     from raco_bench.sweeps.plan import PlannedTrial, Trial
-    from raco_bench.sweeps.trial import run_config, table_row
-    from raco_bench.training.config import RunConfig
+    from raco_bench.sweeps.trial import run_config, run_params, table_row
+    from raco_bench.training.config import RunConfig, run_fields
 
     trial = phase1_trials(SPEC, n_train=28829)[0]
-    assert set(trial) == set(PlannedTrial.__annotations__)
-    assert set(Trial.__optional_keys__) >= {"steps", "calibrated", "skip", "repeat", "tuning"}
+    assert set(trial) == set(PlannedTrial.__annotations__) | set(run_fields("planned"))
+    assert "device" not in trial and set(Trial.__optional_keys__) >= {"calibrated", "skip", "repeat", "tuning"}
+    template = SPEC.run
+    for name in run_fields("planned"):
+        if name not in ("method", "epsilon", "gamma", "seed", "params"):
+            assert trial[name] == getattr(template, name), name  # the sweep's settings, not restated by the plan
+    config = run_config(trial, "cpu")
+    assert asdict(config) == {**asdict(template), "method": trial["method"], "epsilon": trial["epsilon"], "gamma": trial["gamma"],
+                              "seed": trial["seed"], "params": trial["params"], "device": "cpu"}
     spare = {k: v for k, v in trial.items() if k not in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness")}
-    config, default = run_config(spare, "cpu"), RunConfig()  # a trial that does not say: RunConfig's defaults
+    config, default = run_config(spare, "cpu"), RunConfig()  # a trial that does not say (an older store's): RunConfig's defaults
     for name in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness"):
         assert getattr(config, name) == getattr(default, name)
-    assert set(table_row(trial, "run")) <= set(columns())  # what a pack records of a trial, the one reader reads
+    row = table_row(trial, "run")
+    assert set(row) <= set(columns())  # what a pack records of a trial, the one reader reads
+    assert set(run_fields("column")) - {"constraint_spec", "selection_noise", "selection_checkpoints"} <= set(row)  # recorded where they apply
+    assert set(run_fields("column")) <= set(columns())
+    private = table_row({**trial, "checkpoint": "private", "constraint_spec": "FNR(1) - FNR(0) <= gamma"}, "run")
+    assert {"selection_noise", "selection_checkpoints", "constraint_spec"} <= set(private)
+    params = run_params(asdict(config), private=True)
+    assert {f"run.{k}" for k in ("dataset", "method", "epsilon", "delta", "seed", "max_steps", "batch_draws")} <= set(params)
+    assert not {"run.params", "run.schema", "run.data", "run.constraint_spec", "run.selection_noise"} & set(params)
+    assert not {"run.epsilon", "run.delta"} & set(run_params(asdict(config), private=False))
+    # a sweep setting reaches its trials through the template: the trials of a sweep with another δ carry it
+    assert phase1_trials(replace(SPEC, delta=1e-6), n_train=28829)[0]["delta"] == 1e-6
 
 
 def test_every_configuration_and_seed_draws_its_own_streams():

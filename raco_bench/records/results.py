@@ -16,15 +16,13 @@ import pandas as pd
 from raco_bench import tracking
 from raco_bench.constraints.gaps import gap_keys
 
-HEAD = [
-    "trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "dataset", "constraint", "constraint_spec", "method", "phase",
-    "epsilon", "gamma", "config_id", "seed", "delta", "privacy_notion", "checkpoint", "preprocessing", "randomness", "batch_draws", "outside_budget",
-    "style", "epsilon_spent", "steps", "ms_per_step", "test_accuracy", "test_error", "test_max_constraint",
-]  # then every registered gap metric's test column (raco_bench.constraints.gaps), then TAIL
+IDENTITY = ["trial_key", "run_id", "pack_run_id", "experiment", "sweep_id", "start_time", "phase", "config_id"]
+# then the run settings that are columns (RunConfig's fields with column=True, raco_bench.training.config.run_fields), then HEAD
+HEAD = ["privacy_notion", "outside_budget", "style", "epsilon_spent", "steps", "ms_per_step", "test_accuracy", "test_error",
+        "test_max_constraint"]  # then every registered gap metric's test column (raco_bench.constraints.gaps), then TAIL
 TAIL = [
     "test_worst_group_loss", "val_accuracy", "val_max_constraint", "noisy_val_accuracy", "noisy_val_max_constraint", "train_max_constraint",
     "params", "calibrated", "tuning", "tuning_note", "repeat", "epsilon_end_to_end", "skipped",
-    "selection_noise", "selection_checkpoints",  # checkpoint=private: what the store's ε composes (raco_bench/sweeps/store_privacy.py)
     "test_top_class_share", "test_constant_accuracy", "test_rows", "passes",  # what the health verdict reads (raco_bench.training.health)
     "batch_stream", "key_id",  # the batches a configuration drew: its stream (empty: its own) under its key's fingerprint (the store's ε)
 ]
@@ -36,9 +34,12 @@ ABSENT = {"outside_budget": "unknown"}  # a store older than the column: what th
 
 
 def columns() -> list[str]:
-    """The columns of :func:`read_results`: :data:`HEAD`, ``test_<gap>`` for every registered gap metric, :data:`TAIL` (read at
-    call time: a family registered in a test adds its gap here too)."""
-    return HEAD + [f"test_{key}" for key in gap_keys()] + TAIL
+    """The columns of :func:`read_results`: :data:`IDENTITY`, the run settings a pack table records (RunConfig's column
+    fields, so that a new one is read without a change here), :data:`HEAD`, ``test_<gap>`` for every registered gap metric,
+    :data:`TAIL` (read at call time: a family registered in a test adds its gap here too)."""
+    from raco_bench.training.config import run_fields
+
+    return IDENTITY + list(run_fields("column")) + HEAD + [f"test_{key}" for key in gap_keys()] + TAIL
 
 
 def sweep_starts(packs: list) -> dict[str, int]:

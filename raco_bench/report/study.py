@@ -120,8 +120,9 @@ def part_paths(folder: Path, sweep_id: str) -> tuple[Path, Path]:
 def write_part(folder: Path, part: Part) -> list[Path]:
     """Write (or replace) ``part`` in the study folder ``folder``; returns its two files."""
     rows = normalise(part.rows)
-    if part.columns is not None:  # a column newer than the part's files, empty in it: left out, so a part written again keeps its bytes
-        rows = rows.drop(columns=[c for c in rows.columns if c not in part.columns and rows[c].isna().all()])
+    if part.columns is not None:  # a column newer than the part's files, empty in it, is left out and the files' column order kept,
+        rows = rows.drop(columns=[c for c in rows.columns if c not in part.columns and rows[c].isna().all()])  # so that a part
+        rows = rows[[c for c in part.columns if c in rows] + [c for c in rows.columns if c not in part.columns]]  # written again keeps its bytes
     constant = [c for c in rows.columns if rows[c].nunique(dropna=False) <= 1 and len(rows)]
     table_path, meta_path = part_paths(folder, part.sweep_id)
     table_path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,47 +14,33 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from raco_bench.methods import get_method
 from raco_bench.methods.space import sample_configs
 from raco_bench.sweeps.spec import SweepSpec
+from raco_bench.training.config import run_fields
 
 
 class PlannedTrial(TypedDict):
-    """The keys every trial has: what :func:`make_trial` sets."""
+    """The sweep identity every trial has (:func:`make_trial`); the trial also carries its run's settings, every
+    :class:`~raco_bench.training.config.RunConfig` field a plan sets (``run_fields("planned")``: dataset, method,
+    constraint, ε — None for a non-private method —, γ — None for a method trained without γ —, seed, the sampled
+    hyperparameters as ``params``, ...), typed and documented there, not restated here."""
 
     sweep_id: str
     experiment: str
     phase: int
-    dataset: str
-    constraint: str
-    method: str
-    epsilon: float | None  # None: a non-private method
-    gamma: float | None  # None: a method trained without γ (selected for every γ)
-    delta: float
     config_id: int
-    seed: int
-    params: dict[str, Any]  # the sampled hyperparameters
-    max_steps: int
-    eval_every: int
-    preprocessing: str
-    checkpoint: str
-    selection_noise: float
-    selection_checkpoints: int
-    randomness: str
-    batch_draws: str  # own | shared (raco_bench.training.config.batch_stream_id)
-    validation_split: int  # the sweep's repeat: which train/validation split the trial trains and selects on
     trial_key: str
 
 
 class Trial(PlannedTrial, total=False):
     """One configuration of one sweep, from the plan to its pack: the planned keys, then those the steps after the
-    plan add."""
+    plan add (a run setting among them, like ``steps``, is a RunConfig field)."""
 
-    # set by calibration (raco_bench.sweeps.calibration): T, the calibrated noise, or why the method cannot train it
-    steps: int | None
+    # set by calibration (raco_bench.sweeps.calibration): the calibrated noise, or why the method cannot train it
     calibrated: dict[str, Any]
     skip: str
     # set by selection: the γ values a γ-free winner's phase-2 run stands for
@@ -66,12 +52,7 @@ class Trial(PlannedTrial, total=False):
     tuning_outside_budget: list[str]  # what the search adds to the run's outside_budget (raco_bench.sweeps.accounted)
     epsilon_end_to_end: float
     epsilon_end_to_end_rdp: float
-    train_metrics: bool
-    # set by the plan under a custom constraint (docs/constraints.md)
-    constraint_spec: str
-    # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): its files and their digest
-    schema: str
-    data: str | None
+    # set by the plan on a user's dataset (docs/datasets.md, "Your own data"): the digest of its files, checked by the trial
     files_digest: str
 
 
@@ -84,18 +65,13 @@ def trial_key(trial: Trial) -> str:
 
 
 def make_trial(spec: SweepSpec, phase: int, method: str, epsilon: float | None, gamma: float | None, config_id: int, params: dict, seed: int) -> Trial:
-    t: Trial = {  # type: ignore[typeddict-item] - trial_key follows
-        "sweep_id": spec.sweep_id, "experiment": spec.experiment, "phase": phase, "dataset": spec.dataset,
-        "constraint": spec.constraint, "method": method, "epsilon": epsilon, "gamma": gamma, "delta": spec.delta,
-        "config_id": config_id, "seed": seed, "params": dict(params), "max_steps": spec.max_steps, "eval_every": spec.eval_every,
-        "preprocessing": spec.preprocessing, "checkpoint": spec.checkpoint,
-        "selection_noise": spec.selection_noise, "selection_checkpoints": spec.selection_checkpoints, "randomness": spec.randomness,
-        "batch_draws": spec.draws, "validation_split": spec.repeat,
-    }
-    if spec.constraint_spec:  # a custom constraint: its text (docs/constraints.md)
-        t["constraint_spec"] = spec.constraint_spec
-    if spec.schema:  # a user's dataset: where its files lie and their digest, checked by the trial
-        t.update(schema=spec.schema, data=spec.data or None, files_digest=spec.files_digest)
+    """A trial: the sweep's identity and its run, the sweep's template (:attr:`SweepSpec.run`) with this method, ε, γ,
+    seed and hyperparameters, as the JSON-able record a pack carries to its worker and MLflow keeps."""
+    run = replace(spec.run, method=method, epsilon=epsilon, gamma=gamma, seed=seed, params=dict(params))
+    t: Trial = {"sweep_id": spec.sweep_id, "experiment": spec.experiment, "phase": phase, "config_id": config_id}  # type: ignore[typeddict-item]
+    t.update({k: getattr(run, k) for k in run_fields("planned")})  # type: ignore[typeddict-item]
+    if spec.schema:  # a user's dataset: the digest of its files, checked by the trial
+        t["files_digest"] = spec.files_digest
     t["trial_key"] = trial_key(t)
     return t
 

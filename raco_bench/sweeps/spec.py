@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from raco_bench.training.config import RunConfig
 
@@ -66,6 +66,16 @@ class SweepSpec:
         experiment = self.experiment if self.experiment != f"{self.dataset}-{self.constraint}" else ""
         return replace(self, dataset=parsed.name, schema=str(Path(schema).expanduser().resolve()),
                        data=str(Path(data).expanduser().resolve()) if data else "", files_digest=files_digest(schema, data), experiment=experiment)
+
+    @property
+    def run(self) -> RunConfig:
+        """The run template of every trial of this sweep: the sweep's fields that are run settings (same names as
+        RunConfig's, empty text as None), where its batches come from (:attr:`draws`) and which train/validation split
+        its repeat trains on; a trial sets the method, ε, γ, seed and hyperparameters on it
+        (:func:`raco_bench.sweeps.plan.make_trial`)."""
+        names = {f.name for f in fields(RunConfig)} & {f.name for f in fields(self)}
+        shared = {k: (getattr(self, k) if getattr(self, k) != "" else None) for k in names}
+        return RunConfig(**{**shared, "batch_draws": self.draws, "validation_split": self.repeat})
 
     @property
     def family(self):
@@ -171,14 +181,14 @@ class SweepSpec:
     @property
     def sweep_id(self) -> str:
         """Deterministic id: the same spec always maps to the same MLflow parents and Tune experiments."""
-        fields = asdict(self)
+        identity = asdict(self)
         if self.tuning == "not-accounted":  # sweeps from before accounted tuning keep their ids (and can be resumed)
             for k in ("tuning", "tuning_mean", "tuning_shape", "tuning_repeats"):
-                fields.pop(k)
+                identity.pop(k)
         for k, default in NEW_FIELDS.items():  # nor do sweeps from before the TPE search and the step-budget parametrisation
-            if fields[k] == default:
-                fields.pop(k)
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+            if identity[k] == default:
+                identity.pop(k)
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
 
     def demo(self) -> "SweepSpec":
         """The README's main job: enough configurations (trained as packs) for RaCO-DP to meet γ and reach phase 2,

@@ -31,6 +31,7 @@ from raco_bench import tracking
 from raco_bench.constraints.gaps import gap_keys
 from raco_bench.methods import get_method
 from raco_bench.tracking import model as mlflow_model
+from raco_bench.training.config import RunConfig, recorded_settings, run_fields
 from raco_bench.training.health import passes
 
 if TYPE_CHECKING:
@@ -66,21 +67,11 @@ def _dataset(name: str, split_seed: int, preprocessing: str, schema: str | None 
 
 
 NOT_DIAGNOSTICS = {"step", "total", "train", "val", "test"}
-PRIVACY_RUN_FIELDS = ("epsilon", "delta")
-SELECTION_RUN_FIELDS = ("selection_noise", "selection_checkpoints")
-USER_DATA_FIELDS = ("schema", "data", "constraint_spec")  # logged where set: a user's dataset, a custom constraint
-
-
 def run_params(config: dict, private: bool) -> dict:
-    """The run's settings as MLflow params; a non-private run logs no privacy budget, and selection
-    settings appear only when the checkpoint rule uses them."""
-    out = {}
-    for k, v in config.items():
-        if k == "params" or (not private and k in PRIVACY_RUN_FIELDS) or (config.get("checkpoint") != "private" and k in SELECTION_RUN_FIELDS) \
-                or (k in USER_DATA_FIELDS and v is None):
-            continue
-        out[f"run.{k}"] = v
-    return out
+    """The run's settings as MLflow params ``run.<name>``: those RunConfig says a run records (a non-private run logs no
+    privacy budget, selection settings appear only where the checkpoint rule uses them, a user's files and a custom
+    constraint where set; :func:`raco_bench.training.config.recorded_settings`)."""
+    return {f"run.{k}": v for k, v in recorded_settings(config, private).items()}
 
 
 def _flat(prefix: str, block: dict) -> dict[str, float]:
@@ -126,18 +117,11 @@ def history_points(entry: dict) -> list[tracking.Point]:
     return points
 
 
-def run_config(trial: Trial, device: str):
-    from raco_bench.training.config import RunConfig
-
-    optional = {k: trial[k] for k in ("preprocessing", "checkpoint", "selection_noise", "selection_checkpoints", "randomness", "train_metrics",
-                                      "batch_draws", "schema", "data", "validation_split", "constraint_spec")
-                if k in trial}  # a trial that does not say takes RunConfig's default (the defaults are written there only)
-    return RunConfig(
-        dataset=trial["dataset"], method=trial["method"], constraint=trial["constraint"],
-        gamma=trial["gamma"] if trial["gamma"] is not None else 0.0, epsilon=trial["epsilon"] or 1.0, delta=trial["delta"],
-        steps=trial.get("steps"), max_steps=trial["max_steps"], seed=trial["seed"], eval_every=trial["eval_every"], device=device,
-        params={**trial["params"], **trial.get("calibrated", {})}, **optional,
-    )
+def run_config(trial: Trial, device: str) -> RunConfig:
+    """The run a trial carries, on ``device``: its RunConfig fields (a trial that does not name one takes RunConfig's
+    default), a non-private method's ε as 1 (unused) and a γ-free method's γ as 0, the calibrated values with its hyperparameters."""
+    return RunConfig.from_record(trial, device=device, gamma=trial["gamma"] if trial["gamma"] is not None else 0.0,
+                                 epsilon=trial["epsilon"] or 1.0, params={**trial["params"], **trial.get("calibrated", {})})
 
 
 def outside_budget(trial: Trial, privacy: dict) -> list[str]:
@@ -190,11 +174,12 @@ def trial_outputs(trial: Trial, result) -> tuple[dict[str, float], dict, dict[st
 
 
 def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> dict:
-    """A configuration's row in its pack's table (``configs.csv``): the trial, its tags and its metrics."""
-    row = {k: trial.get(k) for k in ("trial_key", "sweep_id", "experiment", "phase", "dataset", "constraint", "method", "epsilon", "gamma",
-                                     "delta", "config_id", "seed", "preprocessing", "checkpoint", "batch_draws")}
-    if trial.get("constraint_spec"):
-        row["constraint_spec"] = trial["constraint_spec"]
+    """A configuration's row in its pack's table (``configs.csv``): its identity, its run's column settings as RunConfig
+    records them (:func:`raco_bench.training.config.recorded_settings`), its tags and its metrics."""
+    from raco_bench.sweeps.plan import PlannedTrial
+
+    row = {k: trial.get(k) for k in PlannedTrial.__annotations__}  # selection settings under checkpoint=private, a custom constraint where set:
+    row.update(recorded_settings({k: trial.get(k, getattr(RunConfig, k)) for k in run_fields("column")}))
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
         row.update(repeat=trial["repeat"], tuning_note=trial.get("tuning_note", ""))  # never K: the claim needs it secret
@@ -202,8 +187,6 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
             row["epsilon_end_to_end"] = trial["epsilon_end_to_end"]
     row.update(params=json.dumps(trial.get("params", {}), sort_keys=True), calibrated=json.dumps(trial.get("calibrated", {}), sort_keys=True),
                skipped=trial.get("skip", ""), run_id=run_id)
-    if trial.get("checkpoint") == "private":  # the selection's releases, for the store's ε (raco_bench/sweeps/store_privacy.py)
-        row.update(selection_noise=trial.get("selection_noise"), selection_checkpoints=trial.get("selection_checkpoints"))
     row.update(tags or {})
     row.update({k: v for k, v in (metrics or {}).items() if math.isfinite(v)})
     return row

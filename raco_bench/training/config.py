@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -27,32 +28,73 @@ CHECKPOINT_RULES = {
 BATCH_DRAWS = ("own", "shared")  # where a run's Poisson batches come from (batch_stream_id)
 
 
+WHEN = ("always", "private", "selection", "set", "never")  # when a run records a setting: see RunConfig, "Roles"
+
+
+def setting(default=None, *, factory=None, stream: bool = True, planned: bool = True, column: bool = False, when: str = "always"):
+    """A :class:`RunConfig` field with its roles: ``stream`` (part of the run's stream id, :func:`stream_id`), ``planned`` (a
+    sweep's trial carries it), ``column`` (a column of the pack table and of the one results reader) and ``when`` a run
+    records it (MLflow param ``run.<name>``, pack-table cell): always | private (a private method only) | selection
+    (checkpoint=private only) | set (where it is not None) | never."""
+    assert when in WHEN, when
+    metadata = {"stream": stream, "planned": planned, "column": column, "when": when}
+    return field(default_factory=factory, metadata=metadata) if factory is not None else field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    dataset: str = "adult"
-    method: str = DEFAULT_METHOD
-    constraint: str = "demographic-parity"  # a registered family, or the name of a custom one (constraint_spec)
-    constraint_spec: str | None = None  # a custom constraint's text (docs/constraints.md); None: the registered family `constraint`
-    gamma: float = 0.05
-    epsilon: float = 1.0
-    delta: float = 1e-5
-    steps: int | None = None  # None: the largest T the budget allows (RaCO-DP, DP-SGD) / the method's default
-    max_steps: int = 5000  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
-    seed: int = 0
-    split_seed: int = 0
-    validation_split: int = 0  # 0: the protocol's train/validation split; r > 0: its r-th resample, test split fixed (a study's repeat)
-    preprocessing: str = "public"  # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
-    checkpoint: str = "last"  # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
-    selection_noise: float = 50.0  # checkpoint=private: Laplace scale on each validation count
-    selection_checkpoints: int = 5  # checkpoint=private: how many evenly spaced checkpoints compete (each one release)
-    eval_every: int = 25
-    device: str = "cpu"
-    randomness: str = "secret"  # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
-    train_metrics: bool = False  # release exact training-set metrics (OUTSIDE the budget, labelled); checkpoint=paper reads them anyway
-    batch_draws: str = "own"  # own: Poisson batches from the run's own stream; shared: from one stream per seed (docs/packs.md, "Shared batches")
-    schema: str | None = None  # a user's dataset: its schema file (then dataset is the schema's name; docs/datasets.md, "Your own data")
-    data: str | None = None  # and its table (CSV or Parquet); None: the file the schema names as its table
-    params: dict = field(default_factory=dict)
+    """One run's settings, the one configuration shape from a sweep's plan to its table.
+
+    Roles: each field says, where it is declared, whether it is part of the run's stream id, whether a sweep's trial
+    carries it, whether it is a column of the pack table (``configs.csv``) and of the results reader, and when a run
+    records it (:func:`setting`). A sweep's trial is its sweep identity plus these fields
+    (:func:`raco_bench.sweeps.plan.make_trial`), its pack-table row and MLflow params are read from them
+    (:func:`recorded_settings`), so adding a run setting touches this class and the code that uses the setting, not the
+    sweep driver, the trial or the reader."""
+
+    dataset: str = setting("adult", column=True)
+    method: str = setting(DEFAULT_METHOD, column=True)
+    # a registered family, or the name of a custom one (constraint_spec)
+    constraint: str = setting("demographic-parity", column=True)
+    # a custom constraint's text (docs/constraints.md); None: the registered family `constraint`
+    constraint_spec: str | None = setting(None, column=True, when="set")
+    gamma: float = setting(0.05, column=True)
+    epsilon: float = setting(1.0, column=True, when="private")
+    delta: float = setting(1e-5, column=True, when="private")
+    steps: int | None = setting(None)  # None: the largest T the budget allows (RaCO-DP, DP-SGD) / the method's default
+    max_steps: int = setting(5000)  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
+    seed: int = setting(0, column=True)
+    split_seed: int = setting(0)
+    # 0: the protocol's train/validation split; r > 0: its r-th resample, test split fixed (a study's repeat)
+    validation_split: int = setting(0)
+    # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
+    preprocessing: str = setting("public", column=True)
+    # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
+    checkpoint: str = setting("last", column=True)
+    selection_noise: float = setting(50.0, column=True, when="selection")  # checkpoint=private: Laplace scale on each validation count
+    # checkpoint=private: how many evenly spaced checkpoints compete (each one release)
+    selection_checkpoints: int = setting(5, column=True, when="selection")
+    eval_every: int = setting(25, stream=False)
+    device: str = setting("cpu", stream=False, planned=False)  # where it runs: chosen by the machine that trains it
+    # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
+    randomness: str = setting("secret", stream=False, column=True)
+    # release exact training-set metrics (OUTSIDE the budget, labelled); checkpoint=paper reads them anyway
+    train_metrics: bool = setting(False, stream=False)
+    # own: Poisson batches from the run's own stream; shared: from one stream per seed (docs/packs.md, "Shared batches");
+    # not part of the stream id: batch_stream_id
+    batch_draws: str = setting("own", stream=False, column=True)
+    # a user's dataset: its schema file (then dataset is the schema's name; docs/datasets.md, "Your own data"), and its
+    # table (CSV or Parquet; None: the file the schema names); where they lie is not the identity, their name is
+    schema: str | None = setting(None, stream=False, when="set")
+    data: str | None = setting(None, stream=False, when="set")
+    params: dict = setting(factory=dict, stream=False, when="never")  # the method's hyperparameters (its Hyper) and calibrated values
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], **overrides: Any) -> "RunConfig":
+        """The run a record (a sweep's trial, a pack-table row) describes: every field it names, ``overrides`` on top,
+        RunConfig's defaults for the rest (the defaults are written here only)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in record.items() if k in names}, **overrides})
 
     def validate(self) -> None:
         if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
@@ -120,9 +162,26 @@ class RunConfig:
         return asdict(self)
 
 
-# what does not change a run's draws: where it runs, how often it is evaluated, and what is released about it
-NOT_IDENTITY = ("device", "eval_every", "randomness", "train_metrics", "params", "batch_draws",  # batch_draws: batch_stream_id
-                "schema", "data")  # where a user's dataset lies: its name is the identity, as a catalog dataset's
+def run_fields(role: str) -> tuple[str, ...]:
+    """The names of RunConfig's fields with a role (:func:`setting`): ``stream``, ``planned`` or ``column``, in declaration order."""
+    return tuple(f.name for f in fields(RunConfig) if f.metadata[role])
+
+
+def recorded(name: str, value: Any, private: bool, checkpoint: str) -> bool:
+    """Whether a run records setting ``name`` (its ``when``, :func:`setting`): a run of a ``private`` method under the
+    ``checkpoint`` rule, whose setting has this ``value``."""
+    when = RunConfig.__dataclass_fields__[name].metadata["when"]
+    return {"always": True, "private": private, "selection": checkpoint == "private", "set": value is not None, "never": False}[when]
+
+
+def recorded_settings(config: Mapping[str, Any], private: bool = True) -> dict[str, Any]:
+    """The settings of ``config`` (a RunConfig's fields as a dict, or a trial) that a run records: MLflow's ``run.<name>``
+    params and the pack table's cells."""
+    checkpoint = config.get("checkpoint", RunConfig.checkpoint)
+    return {k: v for k, v in config.items() if k in RunConfig.__dataclass_fields__ and recorded(k, v, private, checkpoint)}
+
+
+NOT_IDENTITY = tuple(f.name for f in fields(RunConfig) if not f.metadata["stream"])  # what does not change a run's draws
 
 
 def batch_stream_id(cfg: RunConfig, hyperparameters: dict) -> int | None:
