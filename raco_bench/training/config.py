@@ -31,8 +31,9 @@ BATCH_DRAWS = ("own", "shared")  # where a run's Poisson batches come from (batc
 WHEN = ("always", "private", "selection", "set", "never")  # when a run records a setting: see RunConfig, "Roles"
 
 
-def setting(default=None, *, factory=None, stream: bool = True, planned: bool = True, column: bool = False, when: str = "always"):
-    """A :class:`RunConfig` field with its roles: ``stream`` (part of the run's stream id, :func:`stream_id`), ``planned`` (a
+def setting(default=None, *, factory=None, stream: bool | str = True, planned: bool = True, column: bool = False, when: str = "always"):
+    """A :class:`RunConfig` field with its roles: ``stream`` (part of the run's stream id, :func:`stream_id`; ``"not default"``:
+    only where it differs from its default, so that runs from before the field keep their stream ids), ``planned`` (a
     sweep's trial carries it), ``column`` (a column of the pack table and of the one results reader) and ``when`` a run
     records it (MLflow param ``run.<name>``, pack-table cell): always | private (a private method only) | selection
     (checkpoint=private only) | set (where it is not None) | never."""
@@ -57,7 +58,7 @@ class RunConfig:
     # a registered family, or the name of a custom one (constraint_spec)
     constraint: str = setting("demographic-parity", column=True)
     # a custom constraint's text (docs/constraints.md); None: the registered family `constraint`
-    constraint_spec: str | None = setting(None, column=True, when="set")
+    constraint_spec: str | None = setting(None, stream="not default", column=True, when="set")
     gamma: float = setting(0.05, column=True)
     epsilon: float = setting(1.0, column=True, when="private")
     delta: float = setting(1e-5, column=True, when="private")
@@ -66,7 +67,7 @@ class RunConfig:
     seed: int = setting(0, column=True)
     split_seed: int = setting(0)
     # 0: the protocol's train/validation split; r > 0: its r-th resample, test split fixed (a study's repeat)
-    validation_split: int = setting(0)
+    validation_split: int = setting(0, stream="not default")
     # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
     preprocessing: str = setting("public", column=True)
     # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
@@ -216,9 +217,8 @@ def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     resolved hyperparameters) and its seed. Two configurations of a sweep never share a stream unless they are
     the same configuration with the same seed; a configuration draws the same stream alone and in a pack
     (docs/privacy.md, "Random numbers")."""
-    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
-    for key in ("validation_split", "constraint_spec"):  # at their defaults, runs keep the stream ids from before these fields
-        if not identity[key]:
-            identity.pop(key)
+    defaults = RunConfig()
+    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY
+                and not (RunConfig.__dataclass_fields__[k].metadata["stream"] == "not default" and (not v or v == getattr(defaults, k)))}
     identity["hyperparameters"] = hyperparameters
     return _signed_hash(identity)
