@@ -78,3 +78,14 @@ def test_non_private_references_search_their_steps_like_the_private_methods():
             steps = [c["default_steps"] for c in configs[1:]]
             assert "default_steps" not in configs[0] and all(50 <= t <= 3000 for t in steps) and min(steps) < 300 < 1500 < max(steps)
     assert "default_steps" not in sample_configs(get_method("raco-dp"), 5, 28829, 0)[1]
+
+
+def test_stream_ids_are_those_of_the_code_before_runconfig_declared_its_roles():
+    """Pinned from 156ad06 (before RunConfig's fields declared their roles): the same configurations give the same
+    stream ids, so a resumed sweep's runs draw what they drew before."""
+    hyper = {"batch_size": 256, "lr": 0.1}
+    cases = [(RunConfig(), 3334208388823646379), (RunConfig(method="sgda", seed=3, gamma=0.1), 6211984715041687044),
+             (RunConfig(validation_split=2), 4506372002913190555),
+             (RunConfig(constraint_spec="|FNR(group=a) - FNR(group=b)| <= gamma", constraint="fnr-gap"), -4716065236593010593),
+             (RunConfig(constraint_spec=""), 3334208388823646379)]
+    assert [stream_id(cfg, hyper) for cfg, _ in cases] == [pinned for _, pinned in cases]
