@@ -123,3 +123,31 @@ def test_a_figure_draws_a_cell_of_several_repeats_as_one_point_with_its_interval
     half = student.ppf(0.975, 2) * np.std(per_repeat, ddof=1) / math.sqrt(3)
     assert raco["test_error_sd"].iloc[0] == pytest.approx(half, abs=1e-6)
     assert len(points) == len(points.drop_duplicates(["method", "epsilon", "selected_gamma"]))
+
+
+def test_a_cell_run_as_repeats_leaves_out_the_same_cell_of_a_part_from_before_repeats(tmp_path):
+    """A part from before repeats (no sweep.repeat) that searched a cell the repeats also hold is another search of the
+    protocol's split: the cell rests on the repeats alone (rows, selections, intervals) and the page says what was left out;
+    its other cells stay."""
+    page = _page(tmp_path, [0.0, 0.0, 0.0], build=False)
+    base = read_part(FIXTURE)
+    old = base.rows.copy()
+    old["sweep_id"] = "older0000000"
+    raco = (old["phase"] == 2) & (old["method"] == "raco-dp")
+    old.loc[raco, "test_error"] += 0.3  # if it were kept, RaCO-DP's cells would move by about 0.3 / 4
+    old = old[old["method"].isin({"raco-dp", "dp-sgd"})].copy()  # an older part: RaCO-DP at ε = 1 (repeated), DP-SGD at ε = 3 (not)
+    old.loc[old["method"] == "dp-sgd", "epsilon"] = 3.0
+    selections = [s for s in base.selections if s["method"] == "raco-dp"] + [{**s, "epsilon": 3.0} for s in base.selections if s["method"] == "dp-sgd"]
+    cut = Part("older0000000", base.experiment, old, {k: v for k, v in base.params.items() if k != "sweep.repeat"}, base.provenance,
+               base.wall_seconds, selections, base.skipped)
+    write_part(page, cut)
+    study = Study.read(page)
+    assert [m for m, *_ in study.superseded["older0000000"]] == ["raco-dp"]
+    rows = study.rows
+    assert set(rows.loc[rows["sweep_id"] == "older0000000", "method"]) == {"dp-sgd"}  # its cell the repeats lack stays
+    assert {s["method"] for s in study.selections if s["sweep_id"] == "older0000000"} == {"dp-sgd"}
+    build_page(page)
+    cells = pd.read_csv(page / "repeats.csv")
+    raco = cells[(cells["method"] == "raco-dp") & np.isclose(cells["gamma"], 0.1)].iloc[0]
+    assert raco["repeats"] == 3 and raco["test_error"] == pytest.approx(_fixture_error("raco-dp", 0.1), abs=1e-6)
+    assert "- **Left out:** raco-dp at ε = 1: searched again in the parts run as repeats" in (page / "README.md").read_text()

@@ -43,7 +43,7 @@ def _eps(values) -> str:
     return ", ".join("∞" if e == float("inf") else f"{e:g}" for e in eps)
 
 
-def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
+def _part_lines(page: Path, part: Part, rows: pd.DataFrame, superseded: list[tuple] = ()) -> list[str]:
     mine = rows[rows["sweep_id"] == part.sweep_id]
     pipelines = sorted(set(mine["pipeline"]) - {""})
     lines = [f"### Part `{part.sweep_id}` (experiment `{part.experiment}`)", ""]
@@ -58,6 +58,10 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame) -> list[str]:
               f"- **Data:** {len(mine)} configurations trained ({int((mine['phase'] == 2).sum())} reported runs); "
               f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
               f"{part_bytes(page, part.sweep_id):,} bytes", *store_lines(part), ""]
+    if superseded:
+        cells = ", ".join(f"{m} at ε = {'∞' if e == math.inf else f'{e:g}'}" for m, e, *_ in superseded)
+        lines.insert(-1, f"- **Left out:** {cells}: searched again in the parts run as repeats, on which the cell rests (this part is from "
+                         "before repeats; docs/results.md, \"Repeats and intervals\")")
     if part.params.get("sweep.schema"):  # a dataset of the user's own: which files, and their digest (docs/datasets.md)
         lines.insert(-1, f"- **Dataset files:** schema `{part.params['sweep.schema']}`, table `{part.params.get('sweep.data') or 'the one it names'}` "
                          f"(sha256 of both: `{part.params.get('sweep.files_digest', 'not recorded')}`)")
@@ -173,7 +177,7 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
               f"- **Runs:** {len(rows)} configurations trained, {int((rows['phase'] == 2).sum())} reported runs in [phase2_runs.csv](phase2_runs.csv)",
               "", figures.privacy_caption(rows).replace("\n", "  \n"), "", "## Parts", ""]
     for part in study.parts:
-        lines += _part_lines(page, part, rows)
+        lines += _part_lines(page, part, rows, study.superseded.get(part.sweep_id, []))
     for path in drawn.files:
         if path.suffix == ".png":
             lines += [f"## {path.stem}", "", f"![{path.stem}]({path.name}) ([PDF]({path.stem}.pdf))", ""]

@@ -65,6 +65,28 @@ class Part:
         """Which repeat of the protocol the sweep ran (``sweep.repeat``; 0 for a sweep from before repeats existed)."""
         return int(float(self.params.get("sweep.repeat", 0)))
 
+    @property
+    def ran_as_repeat(self) -> bool:
+        """Whether the sweep records which repeat it ran (a sweep from before repeats existed does not)."""
+        return "sweep.repeat" in self.params
+
+    @property
+    def cells(self) -> set[tuple]:
+        """The (method, ε, pipeline) this part searched, ε ∞ for a non-private method (:func:`cell_keys`)."""
+        return set(cell_keys(self.rows))
+
+
+def _eps_key(epsilon) -> float:
+    """ε as a cell key: ∞ for a non-private method (None or NaN)."""
+    return math.inf if epsilon is None or (isinstance(epsilon, float) and math.isnan(epsilon)) else float(epsilon)
+
+
+def cell_keys(rows: pd.DataFrame) -> pd.Series:
+    """Each row's searched cell: (method, ε with ∞ for a non-private method, preprocessing, checkpoint, tuning)."""
+    eps = pd.to_numeric(rows["epsilon"].astype(object).where(rows["epsilon"].notna(), math.nan), errors="coerce").fillna(math.inf)
+    return pd.Series(list(zip(rows["method"].astype(str), eps.astype(float), rows["preprocessing"].astype(str),
+                              rows["checkpoint"].astype(str), rows["tuning"].astype(str))), index=rows.index, dtype=object)
+
 
 def family_of(rows: pd.DataFrame) -> Family:
     """The constraint family of a study's (or a page's) rows: ``constraint``, and ``constraint_spec`` where it is a custom one."""
@@ -163,9 +185,14 @@ def has_parts(folder: Path) -> bool:
 
 @dataclass
 class Study:
-    """The union of a study's parts (ordered by sweep id)."""
+    """The union of a study's parts (ordered by sweep id).
+
+    A cell (method, ε, pipeline) that parts run as repeats hold rests on those repeats alone: the same cell in a part
+    from before repeats existed (no ``sweep.repeat``; another search of the protocol's split, often under an older
+    protocol) is left out of the rows and selections, and listed in :attr:`superseded` for the page to say so."""
 
     parts: list[Part]
+    superseded: dict[str, list[tuple]] = field(default_factory=dict, init=False)  # sweep id -> its cells left out
 
     @classmethod
     def read(cls, folder: Path) -> "Study":
@@ -181,11 +208,19 @@ class Study:
         kinds = {(str(p.rows["dataset"].iloc[0]), str(p.rows["constraint"].iloc[0])) for p in self.parts if len(p.rows)}
         if len(kinds) > 1:
             raise ReportError(f"a study is one dataset and constraint; its parts hold {sorted(kinds)}")
+        repeated = set().union(*(p.cells for p in self.parts if p.ran_as_repeat))
+        self.superseded = {p.sweep_id: sorted(p.cells & repeated, key=str) for p in self.parts if not p.ran_as_repeat and p.cells & repeated}
+
+    def _kept(self, part: Part) -> pd.DataFrame:
+        """A part's rows less the cells superseded by repeats."""
+        rows = normalise(part.rows)
+        gone = set(self.superseded.get(part.sweep_id, []))
+        return rows[~cell_keys(rows).isin(gone)] if gone else rows
 
     @property
     def rows(self) -> pd.DataFrame:
         """Every part's rows, with the part's cap on T in ``max_steps``."""
-        frames = [normalise(p.rows).assign(max_steps=p.max_steps) for p in self.parts]
+        frames = [self._kept(p).assign(max_steps=p.max_steps) for p in self.parts]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=kept() + ["max_steps"])
 
     @property
@@ -201,7 +236,11 @@ class Study:
     @property
     def selections(self) -> list[dict]:
         """Every part's selections, each with its ``sweep_id`` (config ids are per sweep)."""
-        return [{**s, "sweep_id": p.sweep_id} for p in self.parts for s in p.selections]
+        out = []
+        for p in self.parts:
+            gone = {(m, e) for m, e, *_ in self.superseded.get(p.sweep_id, [])}  # one pipeline per part
+            out += [{**s, "sweep_id": p.sweep_id} for s in p.selections if (s["method"], _eps_key(s["epsilon"])) not in gone]
+        return out
 
     @property
     def skipped(self) -> dict[str, int]:
