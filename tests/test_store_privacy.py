@@ -362,3 +362,19 @@ def test_a_sweep_states_its_store_epsilon_on_its_summary_parent_and_report(adult
             keys.setdefault((r["seed"], batch, r["key_id"]), []).append(r["trial_key"])
     assert set(private["batch_draws"]) == {"shared"} and s.shared_groups == sum(len(v) > 1 for v in keys.values())
     assert s.epsilon >= s.independent  # sharing batches never helps the store
+
+
+def test_a_user_dataset_row_names_its_schema_so_the_store_epsilon_reads_its_public_training_size():
+    """A sweep on a user's table records its schema in the pack table (a RunConfig column), so the store's ε finds the
+    schema's public train_rows (before, the row lacked it and every such run was 'declares no public training size')."""
+    from raco_bench.data.catalog import public_train_rows
+    from raco_bench.sweeps.plan import phase1_trials
+    from raco_bench.sweeps.spec import SweepSpec
+    from raco_bench.sweeps.store_privacy import _published_train_rows
+    from raco_bench.sweeps.trial import table_row
+
+    schema = Path(__file__).resolve().parents[1] / "examples" / "synthetic" / "synthetic.yaml"
+    spec = SweepSpec("adult", methods=("raco-dp",), epsilons=(1.0,), gammas=(0.05,), n_configs=1, phase1_seeds=1).with_user_data(str(schema))
+    row = table_row(phase1_trials(spec, n_train=1000)[0], "run")
+    assert row["schema"] == str(schema) and row["dataset"] == spec.dataset
+    assert _published_train_rows(row) == public_train_rows(spec.dataset, schema) is not None

@@ -97,7 +97,7 @@ def test_a_trial_is_its_sweep_identity_and_its_runconfig_and_the_table_and_param
         assert getattr(config, name) == getattr(default, name)
     row = table_row(trial, "run")
     assert set(row) <= set(columns())  # what a pack records of a trial, the one reader reads
-    assert set(run_fields("column")) - {"constraint_spec", "selection_noise", "selection_checkpoints"} <= set(row)  # recorded where they apply
+    assert set(run_fields("column")) - {"constraint_spec", "schema", "selection_noise", "selection_checkpoints"} <= set(row)  # where they apply
     assert set(run_fields("column")) <= set(columns())
     private = table_row({**trial, "checkpoint": "private", "constraint_spec": "FNR(1) - FNR(0) <= gamma"}, "run")
     assert {"selection_noise", "selection_checkpoints", "constraint_spec"} <= set(private)

@@ -33,7 +33,7 @@ from raco_bench.report.load import ReportError
 FORMAT = 1  # the part files' layout; a reader refuses another
 PARTS = "parts"
 DROPPED = ("trial_key", "run_id", "pack_run_id", "start_time", "calibrated", "ms_per_step", "batch_stream",
-           "key_id")  # keys into a store, timings: not a page's
+           "key_id", "schema")  # keys into a store, timings, where a user's schema lay (the part's sweep.schema says): not a page's
 DIGITS = 6  # significant digits of the floats written
 SELECTION_KEYS = ("method", "epsilon", "gamma", "config_id", "feasible_configs", "failed_configs", "params")  # the rest: from the rows
 

@@ -70,11 +70,12 @@ class SweepSpec:
     @property
     def run(self) -> RunConfig:
         """The run template of every trial of this sweep: the sweep's fields that are run settings (same names as
-        RunConfig's, empty text as None), where its batches come from (:attr:`draws`) and which train/validation split
-        its repeat trains on; a trial sets the method, ε, γ, seed and hyperparameters on it
-        (:func:`raco_bench.sweeps.plan.make_trial`)."""
+        RunConfig's; empty text as None where the run's default is None), where its batches come from (:attr:`draws`)
+        and which train/validation split its repeat trains on; a trial sets the method, ε, γ, seed and hyperparameters
+        on it (:func:`raco_bench.sweeps.plan.make_trial`)."""
+        unset = {f.name for f in fields(RunConfig) if f.default is None}  # a setting unset in a run is "" in a sweep (its flags' text)
         names = {f.name for f in fields(RunConfig)} & {f.name for f in fields(self)}
-        shared = {k: (getattr(self, k) if getattr(self, k) != "" else None) for k in names}
+        shared = {k: None if k in unset and getattr(self, k) == "" else getattr(self, k) for k in names}
         return RunConfig(**{**shared, "batch_draws": self.draws, "validation_split": self.repeat})
 
     @property

@@ -179,7 +179,8 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
     from raco_bench.sweeps.plan import PlannedTrial
 
     row = {k: trial.get(k) for k in PlannedTrial.__annotations__}  # selection settings under checkpoint=private, a custom constraint where set:
-    row.update(recorded_settings({k: trial.get(k, getattr(RunConfig, k)) for k in run_fields("column")}))
+    defaults = RunConfig()
+    row.update(recorded_settings({k: trial.get(k, getattr(defaults, k)) for k in run_fields("column")}))
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
         row.update(repeat=trial["repeat"], tuning_note=trial.get("tuning_note", ""))  # never K: the claim needs it secret

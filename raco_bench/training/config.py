@@ -31,9 +31,10 @@ BATCH_DRAWS = ("own", "shared")  # where a run's Poisson batches come from (batc
 WHEN = ("always", "private", "selection", "set", "never")  # when a run records a setting: see RunConfig, "Roles"
 
 
-def setting(default=None, *, factory=None, stream: bool | str = True, planned: bool = True, column: bool = False, when: str = "always"):
-    """A :class:`RunConfig` field with its roles: ``stream`` (part of the run's stream id, :func:`stream_id`; ``"not default"``:
-    only where it differs from its default, so that runs from before the field keep their stream ids), ``planned`` (a
+def setting(default=None, *, stream: bool | str, factory=None, planned: bool = True, column: bool = False, when: str = "always"):
+    """A :class:`RunConfig` field with its roles: ``stream`` (part of the run's stream id, :func:`stream_id`, which changes
+    what the run draws; ``"not default"``: only where it differs from its default, so that runs from before the field keep
+    their stream ids — what a new setting that changes the draws declares; declared by every field, never by default), ``planned`` (a
     sweep's trial carries it), ``column`` (a column of the pack table and of the one results reader) and ``when`` a run
     records it (MLflow param ``run.<name>``, pack-table cell): always | private (a private method only) | selection
     (checkpoint=private only) | set (where it is not None) | never."""
@@ -53,28 +54,28 @@ class RunConfig:
     (:func:`recorded_settings`), so adding a run setting touches this class and the code that uses the setting, not the
     sweep driver, the trial or the reader."""
 
-    dataset: str = setting("adult", column=True)
-    method: str = setting(DEFAULT_METHOD, column=True)
+    dataset: str = setting("adult", stream=True, column=True)
+    method: str = setting(DEFAULT_METHOD, stream=True, column=True)
     # a registered family, or the name of a custom one (constraint_spec)
-    constraint: str = setting("demographic-parity", column=True)
+    constraint: str = setting("demographic-parity", stream=True, column=True)
     # a custom constraint's text (docs/constraints.md); None: the registered family `constraint`
     constraint_spec: str | None = setting(None, stream="not default", column=True, when="set")
-    gamma: float = setting(0.05, column=True)
-    epsilon: float = setting(1.0, column=True, when="private")
-    delta: float = setting(1e-5, column=True, when="private")
-    steps: int | None = setting(None)  # None: the largest T the budget allows (RaCO-DP, DP-SGD) / the method's default
-    max_steps: int = setting(5000)  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
-    seed: int = setting(0, column=True)
-    split_seed: int = setting(0)
+    gamma: float = setting(0.05, stream=True, column=True)
+    epsilon: float = setting(1.0, stream=True, column=True, when="private")
+    delta: float = setting(1e-5, stream=True, column=True, when="private")
+    steps: int | None = setting(None, stream=True)  # None: the largest T the budget allows (RaCO-DP, DP-SGD) / the method's default
+    max_steps: int = setting(5000, stream=True)  # cap on T for every method when steps is unset (the reference code's MAX_STEPS)
+    seed: int = setting(0, stream=True, column=True)
+    split_seed: int = setting(0, stream=True)
     # 0: the protocol's train/validation split; r > 0: its r-th resample, test split fixed (a study's repeat)
     validation_split: int = setting(0, stream="not default")
     # public: feature domains from the catalog (no budget); paper: z-scoring, outside the budget
-    preprocessing: str = setting("public", column=True)
+    preprocessing: str = setting("public", stream=True, column=True)
     # the reported model: last (the private last iterate) | paper (outside the budget) | private (charged)
-    checkpoint: str = setting("last", column=True)
-    selection_noise: float = setting(50.0, column=True, when="selection")  # checkpoint=private: Laplace scale on each validation count
+    checkpoint: str = setting("last", stream=True, column=True)
+    selection_noise: float = setting(50.0, stream=True, column=True, when="selection")  # checkpoint=private: Laplace scale on each validation count
     # checkpoint=private: how many evenly spaced checkpoints compete (each one release)
-    selection_checkpoints: int = setting(5, column=True, when="selection")
+    selection_checkpoints: int = setting(5, stream=True, column=True, when="selection")
     eval_every: int = setting(25, stream=False)
     device: str = setting("cpu", stream=False, planned=False)  # where it runs: chosen by the machine that trains it
     # secret: keyed noise, the ε holds against the logs; reproducible: noise regenerable from the logged seed
@@ -86,7 +87,7 @@ class RunConfig:
     batch_draws: str = setting("own", stream=False, column=True)
     # a user's dataset: its schema file (then dataset is the schema's name; docs/datasets.md, "Your own data"), and its
     # table (CSV or Parquet; None: the file the schema names); where they lie is not the identity, their name is
-    schema: str | None = setting(None, stream=False, when="set")
+    schema: str | None = setting(None, stream=False, column=True, when="set")  # a column: the store's ε reads its public train_rows
     data: str | None = setting(None, stream=False, when="set")
     params: dict = setting(factory=dict, stream=False, when="never")  # the method's hyperparameters (its Hyper) and calibrated values
 
@@ -212,6 +213,11 @@ def _signed_hash(identity: dict) -> int:
     return int.from_bytes(digest[:8], "little", signed=True)
 
 
+def _at_default(value: Any, default: Any) -> bool:
+    """Whether a setting holds its default (an empty text where the default is None counts: no custom constraint)."""
+    return value == default or (default is None and value == "")
+
+
 def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     """The run's stream id, a signed 64-bit hash of its configuration (every run field that changes training, the
     resolved hyperparameters) and its seed. Two configurations of a sweep never share a stream unless they are
@@ -219,6 +225,6 @@ def stream_id(cfg: RunConfig, hyperparameters: dict) -> int:
     (docs/privacy.md, "Random numbers")."""
     defaults = RunConfig()
     identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY
-                and not (RunConfig.__dataclass_fields__[k].metadata["stream"] == "not default" and (not v or v == getattr(defaults, k)))}
+                and not (RunConfig.__dataclass_fields__[k].metadata["stream"] == "not default" and _at_default(v, getattr(defaults, k)))}
     identity["hyperparameters"] = hyperparameters
     return _signed_hash(identity)
