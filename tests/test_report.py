@@ -101,9 +101,10 @@ def test_report_from_a_real_sweep(adult_store, tmp_path):
     import pandas as pd
 
     runs = pd.read_csv(out / "runs.csv")
+    from raco_bench.constraints.families import family
     from raco_bench.methods import default_methods
 
-    assert set(runs["method"]) == set(default_methods("demographic-parity")) and runs["trial_key"].is_unique
+    assert set(runs["method"]) == set(default_methods(family("demographic-parity"))) and runs["trial_key"].is_unique
     assert {"pf-ld", "dp-postprocess", "budget-tailoring"} <= set(runs["method"]) and "worst_group_loss.png" in names
     assert runs["test_worst_group_loss"].notna().all()
     wall = (out / "walltime.md").read_text()

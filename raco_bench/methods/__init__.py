@@ -46,11 +46,7 @@ def registry() -> dict[str, type[Method]]:
 
 def default_methods(family) -> tuple[str, ...]:
     """The methods a sweep runs when it names none: those marked for default sweeps that support the constraint ``family``
-    (a :class:`raco_bench.constraints.families.Family`, or a registered family's name)."""
-    if isinstance(family, str):
-        from raco_bench.constraints.families import family as registered
-
-        family = registered(family)
+    (a :class:`raco_bench.constraints.families.Family`)."""
     return tuple(n for n, cls in registry().items() if cls.in_default_sweeps and cls().supports(family) is None)
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 from raco_bench.methods import REGISTRY, get_method
 from raco_bench.report.intervals import Interval, paired_difference, paired_share_difference, share_interval, t_interval, verdict
 from raco_bench.report.series import base_method
+from raco_bench.report.study import eps_key
 
 REPEAT_COLUMNS = ["method", "epsilon", "gamma", "repeats", "repeats_with_model", "test_error", "test_error_low", "test_error_high",
                   "test_max_constraint", "test_max_constraint_low", "test_max_constraint_high", "share_meeting", "share_meeting_low",
@@ -30,12 +31,8 @@ PAIRED_COLUMNS = ["method", "against", "epsilon", "gamma", "repeats_paired", "te
                   "share_meeting_difference_high", "share_verdict"]
 
 
-def _eps(value) -> float:
-    return math.inf if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
 def _key(method: str, epsilon, gamma) -> tuple[str, float, float]:
-    return str(method), _eps(epsilon), round(float(gamma), 6)
+    return str(method), eps_key(epsilon), round(float(gamma), 6)
 
 
 def has_repeats(repeat_of: dict[str, int], selections: list[dict]) -> bool:

@@ -59,7 +59,7 @@ def _part_lines(page: Path, part: Part, rows: pd.DataFrame, superseded: list[tup
               f"[parts/{part.sweep_id}.csv.gz](parts/{part.sweep_id}.csv.gz) and [.json](parts/{part.sweep_id}.json), "
               f"{part_bytes(page, part.sweep_id):,} bytes", *store_lines(part), ""]
     if superseded:
-        cells = ", ".join(f"{m} at ε = {'∞' if e == math.inf else f'{e:g}'}" for m, e, *_ in superseded)
+        cells = ", ".join(f"{m} at ε = {_eps([e])}" for m, e, *_ in superseded)
         lines.insert(-1, f"- **Left out:** {cells}: searched again in the parts run as repeats, on which the cell rests (this part is from "
                          "before repeats; docs/results.md, \"Repeats and intervals\")")
     if part.params.get("sweep.schema"):  # a dataset of the user's own: which files, and their digest (docs/datasets.md)

@@ -76,15 +76,14 @@ class Part:
         return set(cell_keys(self.rows))
 
 
-def _eps_key(epsilon) -> float:
+def eps_key(epsilon) -> float:
     """ε as a cell key: ∞ for a non-private method (None or NaN)."""
     return math.inf if epsilon is None or (isinstance(epsilon, float) and math.isnan(epsilon)) else float(epsilon)
 
 
 def cell_keys(rows: pd.DataFrame) -> pd.Series:
     """Each row's searched cell: (method, ε with ∞ for a non-private method, preprocessing, checkpoint, tuning)."""
-    eps = pd.to_numeric(rows["epsilon"].astype(object).where(rows["epsilon"].notna(), math.nan), errors="coerce").fillna(math.inf)
-    return pd.Series(list(zip(rows["method"].astype(str), eps.astype(float), rows["preprocessing"].astype(str),
+    return pd.Series(list(zip(rows["method"].astype(str), rows["epsilon"].map(eps_key), rows["preprocessing"].astype(str),
                               rows["checkpoint"].astype(str), rows["tuning"].astype(str))), index=rows.index, dtype=object)
 
 
@@ -208,8 +207,10 @@ class Study:
         kinds = {(str(p.rows["dataset"].iloc[0]), str(p.rows["constraint"].iloc[0])) for p in self.parts if len(p.rows)}
         if len(kinds) > 1:
             raise ReportError(f"a study is one dataset and constraint; its parts hold {sorted(kinds)}")
-        repeated = set().union(*(p.cells for p in self.parts if p.ran_as_repeat))
-        self.superseded = {p.sweep_id: sorted(p.cells & repeated, key=str) for p in self.parts if not p.ran_as_repeat and p.cells & repeated}
+        cells = {p.sweep_id: p.cells for p in self.parts}
+        repeated = set().union(*(cells[p.sweep_id] for p in self.parts if p.ran_as_repeat))
+        older = {p.sweep_id: cells[p.sweep_id] & repeated for p in self.parts if not p.ran_as_repeat}
+        self.superseded = {sweep: sorted(gone, key=str) for sweep, gone in older.items() if gone}
 
     def _kept(self, part: Part) -> pd.DataFrame:
         """A part's rows less the cells superseded by repeats."""
@@ -239,7 +240,7 @@ class Study:
         out = []
         for p in self.parts:
             gone = {(m, e) for m, e, *_ in self.superseded.get(p.sweep_id, [])}  # one pipeline per part
-            out += [{**s, "sweep_id": p.sweep_id} for s in p.selections if (s["method"], _eps_key(s["epsilon"])) not in gone]
+            out += [{**s, "sweep_id": p.sweep_id} for s in p.selections if (s["method"], eps_key(s["epsilon"])) not in gone]
         return out
 
     @property

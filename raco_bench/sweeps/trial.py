@@ -178,8 +178,8 @@ def table_row(trial: Trial, run_id: str, metrics: dict[str, float] | None = None
     records them (:func:`raco_bench.training.config.recorded_settings`), its tags and its metrics."""
     from raco_bench.sweeps.plan import PlannedTrial
 
-    row = {k: trial.get(k) for k in PlannedTrial.__annotations__}  # selection settings under checkpoint=private, a custom constraint where set:
-    defaults = RunConfig()
+    row = {k: trial.get(k) for k in PlannedTrial.__annotations__}
+    defaults = RunConfig()  # the column settings: selection ones under checkpoint=private, a custom constraint and schema where set
     row.update(recorded_settings({k: trial.get(k, getattr(defaults, k)) for k in run_fields("column")}))
     row["tuning"] = trial.get("tuning", "not-accounted")
     if row["tuning"] == "accounted":
