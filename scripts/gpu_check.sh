@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check of docs/packs.md, "The GPU path" (issue 47): the CUDA tests, the throughput table at packs of 256, 1,024,
-# 4,096 and 16,384, a profile of the pack step (kernel launches and host synchronisations per step, GPU busy time
-# against wall time, the step a device runs ahead on beside the host path), and one pack of 4,096 against four trials
-# of 1,024 sharing the GPU. About 8 minutes on one H100; everything it prints goes to $OUT (gpu_check.log, summary.md).
+# The GPU check of docs/packs.md, "The GPU path" (issue 47): the CUDA tests, a profile of the pack step (kernel launches
+# and host synchronisations per step, GPU busy time against wall time: the step a device runs ahead on beside the host
+# path at 1,024 configurations of B = 1,024, and on the benchmark's mix at 4,096), the throughput table at packs of 256,
+# 1,024 and 4,096 (own batches at 256 and 1,024), and one pack of 4,096 against four trials of 1,024 sharing the GPU.
+# About 7.5 minutes on one H100 (9.5 at most: the steps' time limits); everything it prints goes to $OUT (gpu_check.log,
+# summary.md).
 #
 # 1. Here, where the suite is installed (CPU, Ray, dp-accounting), once:
 #      scripts/gpu_check.sh --prepare
@@ -30,8 +32,9 @@ for arg in "$@"; do
 done
 if [ "$DEVICE" = cpu ]; then
   SIZES="4 8"; OWN="4 8"; ONE=8; FOUR=4; KIT=gpu/kit-cpu.json; PROFILE_KIT=gpu/kit-cpu.json; SINGLES=2
-else  # own batches not at 16,384: preparing 16,384 runs takes about a minute of the host's time, once per process
-  SIZES="256 1024 4096 16384"; OWN="256 1024 4096"; ONE=4096; FOUR=1024; KIT=gpu/kit.json.gz; PROFILE_KIT=gpu/kit-profile.json.gz; SINGLES=8
+else  # sized by the H100 run of 2026-11-27 (docs/packs.md, "The GPU path"): a pack of 16,384 of the mix, or own batches at
+  # 4,096, takes longer than the whole check may (about 5 and 2.5 minutes there), so neither is in the table
+  SIZES="256 1024 4096"; OWN="256 1024"; ONE=4096; FOUR=1024; KIT=gpu/kit.json.gz; PROFILE_KIT=gpu/kit-profile.json.gz; SINGLES=4
 fi
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 
@@ -66,14 +69,15 @@ if ls gpu/wheels/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --target /tmp/gpu_check_site gpu/wheels/*.whl
 fi
 if [ "$DEVICE" = cuda ]; then
-  timeout 100 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_packs_cuda.py 2>&1 | tail -15
+  timeout 80 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_packs_cuda.py 2>&1 | tail -15
 else
   echo "(skipped on $DEVICE: the tests skip themselves without CUDA)"
 fi
 
-step "profile: the pack step a device runs ahead on, and the host path ($FOUR configurations, B = 1,024, T = 100)"
-timeout 75 "$PY" - "$DEVICE" "$PROFILE_KIT" <<'EOF'
+step "profile: the pack step a device runs ahead on, and the host path ($FOUR configurations, B = 1,024, T = 100); the ahead step on the benchmark's mix of $ONE"
+timeout 80 "$PY" - "$DEVICE" "$PROFILE_KIT" "$KIT" "$ONE" <<'EOF'
 import json, statistics, sys, time
+sys.modules["dp_accounting"] = None  # the kits answer the accountant: a run the kit does not answer fails here, not slowly
 import torch
 from torch.profiler import ProfilerActivity, profile
 from raco_bench.benchmarks import throughput as tp
@@ -81,16 +85,19 @@ from raco_bench.data import load_dataset
 from raco_bench.methods.lagrangian.engine import LagrangianEngine
 from raco_bench.privacy.calibration import CalibrationCache
 
-device, kit = sys.argv[1], tp.Kit.load(sys.argv[2])
-kit.answers().__enter__()  # the accountant answers the kit's runs from the kit, for this whole process
+device, kit, mix_kit, mix_k = sys.argv[1], tp.Kit.load(sys.argv[2]), tp.Kit.load(sys.argv[3]), int(sys.argv[4])
+held = [kit.answers(), mix_kit.answers()]  # held: a context manager dropped at once would close and carry nothing
+for answers in held:
+    answers.__enter__()  # the accountant answers the kits' runs from the kits, for this whole process
 K = max(json.loads(r)[1] for r in kit.runs if json.loads(r)[3] == {"batch_size": 1024})
 torch.set_num_threads(1)
 ds, cache = load_dataset("adult"), CalibrationCache()
-runs = tp._runs(ds, "raco-dp", K, device, 10**6, cache, {"batch_size": 1024}, steps=100, kit=kit)  # every configuration live to T = 100
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
-for ahead in (True, False):
+
+
+def measure(runs, ahead: bool, name: str) -> None:
     engine = LagrangianEngine(runs, ahead=ahead)
     for _ in range(4):  # the first block of draws, allocations
         engine.step()
@@ -114,16 +121,25 @@ for ahead in (True, False):
     busy = sum(e.self_device_time_total for e in ev if e.device_type.name == "CUDA") / 1e6
     syncs = sum(e.count for e in ev if e.key in SYNCS)
     ops = sum(e.count for e in ev if e.key.startswith("aten::"))
-    name = "ahead" if ahead else "host path"
-    print(f"PROFILE {name}: K={K}, B=1024, {statistics.median(times) * 1e3:.3f} ms per step (2 x 24 steps, no profiler), "
-          f"{3600 / (100 * statistics.median(times)) * K:,.0f} configurations of 100 steps an hour; per step: {kernels / n:.0f} GPU kernels "
-          f"and copies, {syncs / n:.2f} host synchronisations, {ops / n:.0f} aten operations (nested ones included); GPU busy "
-          f"{busy:.3f} s of {wall:.3f} s wall under the profiler ({100 * busy / max(wall, 1e-9):.0f} %)")
+    step = statistics.median(times)
+    print(f"PROFILE {name}: {step * 1e3:.3f} ms per step (2 x 24 steps, no profiler), {3600 / (100 * step) * len(runs):,.0f} configurations "
+          f"of 100 steps an hour; per step: {kernels / n:.0f} GPU kernels and copies, {syncs / n:.2f} host synchronisations, {ops / n:.0f} "
+          f"aten operations (nested ones included); GPU busy {busy:.3f} s of {wall:.3f} s wall under the profiler "
+          f"({100 * busy / max(wall, 1e-9):.0f} %)")
     print(ev.table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total", row_limit=12, max_name_column_width=48))
+
+
+runs = lambda: tp._runs(ds, "raco-dp", K, device, 10**6, cache, {"batch_size": 1024}, steps=100, kit=kit)  # noqa: E731 - all live to T = 100
+measure(runs(), True, f"ahead: K={K}, B=1024")
+measure(runs(), False, f"host path: K={K}, B=1024")
+mix = tp._runs(ds, "raco-dp", mix_k, device, 100, cache, draws="shared", kit=mix_kit)  # the table's sampled mix, every one live this early
+sizes = [float(r.ctx.hyper.batch_size) for r in mix]
+measure(mix, True, f"ahead on the benchmark's mix: K={mix_k}, shared batches, B from {min(sizes):.0f} to {max(sizes):.0f} "
+        f"(mean {statistics.mean(sizes):.0f}), T up to {max(r.ctx.steps for r in mix)}")
 EOF
 
 step "throughput table, shared batches (sizes 1 $SIZES)"
-timeout 160 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" --draws shared \
+timeout 150 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" --draws shared \
   --table-only --no-mlflow
 step "throughput table, own batches (sizes $OWN)"
 timeout 90 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes $OWN --singles "$SINGLES" --draws own \
@@ -132,6 +148,7 @@ timeout 90 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$K
 step "one pack of $ONE against four trials of $FOUR sharing the device (shared batches)"
 cat > /tmp/gpu_check_pack.py <<'EOF'
 import sys, time
+sys.modules["dp_accounting"] = None  # the kit answers the accountant: a run the kit does not answer fails here, not slowly
 import torch
 from raco_bench.benchmarks import throughput as tp
 from raco_bench.data import load_dataset
@@ -139,20 +156,31 @@ from raco_bench.training.pack import train_runs
 from raco_bench.privacy.calibration import CalibrationCache
 
 device, K, kit = sys.argv[1], int(sys.argv[2]), tp.Kit.load(sys.argv[3])
-kit.answers().__enter__()  # the accountant answers the kit's runs from the kit, for this whole process
+answers = kit.answers()  # held: a context manager dropped at once would close and carry nothing
+answers.__enter__()  # the accountant answers the kit's runs from the kit, for this whole process
 torch.set_num_threads(1)
 ds, cache = load_dataset("adult"), CalibrationCache()
 tp.warm_up(ds, "raco-dp", device, cache, kit)
 runs = tp._runs(ds, "raco-dp", K, device, 100, cache, draws="shared", kit=kit)
 print("READY", flush=True)
 sys.stdin.readline()  # the packs sharing the device start together
+cuda = device == "cuda"
+torch.cuda.reset_peak_memory_stats() if cuda else None
+held = torch.cuda.memory_allocated() if cuda else 0  # the dataset and the prepared runs, before the pack trains
 start = time.time()
 train_runs(runs)
-torch.cuda.synchronize() if device == "cuda" else None
+torch.cuda.synchronize() if cuda else None
 end = time.time()
-print(f"PACK K={K}: {end - start:.1f} s, {3600 * K / (end - start):,.0f} configurations/hour; span {start:.3f} {end:.3f}", flush=True)
+memory = ""
+if cuda:  # the pack's measured peak on the device beside the memory model's on-device estimate (raco_bench/training/pack_memory.py)
+    from raco_bench.benchmarks.pack_memory import model_for
+    model = model_for(runs)
+    memory = (f", device peak {(torch.cuda.max_memory_allocated() - held) / 2**30:.3f} GiB allocated by the pack "
+              f"({torch.cuda.max_memory_reserved() / 2**30:.3f} GiB reserved by the process) against the model's {model.on_device / 2**30:.3f} GiB "
+              f"(tables {model.tables / 2**30:.3f}, state {model.state / 2**30:.3f}, step {model.step / 2**30:.3f}, evaluation {model.evaluation / 2**30:.3f})")
+print(f"PACK K={K}: {end - start:.1f} s, {3600 * K / (end - start):,.0f} configurations/hour{memory}; span {start:.3f} {end:.3f}", flush=True)
 EOF
-timeout 100 "$PY" - "$PY" "$DEVICE" "$ONE" "$FOUR" "$KIT" <<'EOF'
+timeout 170 "$PY" - "$PY" "$DEVICE" "$ONE" "$FOUR" "$KIT" <<'EOF'
 import subprocess, sys, time
 py, device, one, four, kit = sys.argv[1:]
 
@@ -178,6 +206,6 @@ EOF
 
 {
   echo "# GPU check $(date -u +%F) on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "$DEVICE")"
-  echo; echo '```'; grep -E "passed|failed|error|PROFILE|configurations/hour|TOGETHER|Terminated" "$LOG"; echo '```'
+  echo; echo '```'; grep -E "passed|failed|error|Error|PROFILE|configurations/hour|TOGETHER|Terminated|GiB" "$LOG"; echo '```'
 } > "$OUT/summary.md"
 cat "$OUT/summary.md"
