@@ -97,12 +97,30 @@ def same_quantity(agg: pd.DataFrame, a: str, b: str) -> bool:
     return bool(len(both)) and bool(np.isclose(both[a].to_numpy(dtype=float), both[b].to_numpy(dtype=float), rtol=1e-5, atol=1e-6).all())
 
 
-def health_notes(sat: pd.DataFrame) -> list[str]:
-    """A note per selected configuration whose health verdict flags it (docs/results.md, "Health of a result"): selection
-    may pick it (the papers' rule), but not silently. A capped one alone is already noted, and ringed."""
-    flagged = sat[~sat["health"].isin(["ok", "capped"])]
-    return [f"{r['method']} at ε = {r['epsilon']:g}, γ = {r['gamma']:g} is flagged **{r['health']}**, not worth reading as it stands "
-            f"(× in the figures): {r['health_note']}." for _, r in flagged.iterrows()]
+def health_notes(sat: pd.DataFrame, repeat_of: dict[str, int] | None = None) -> list[str]:
+    """A note per cell (method, ε, γ) whose selected configuration the health verdict flags (docs/results.md, "Health
+    of a result"): selection may pick it (the papers' rule), but not silently. A capped one alone is already noted, and
+    ringed. Where a cell was selected in several repeats (``repeat_of``: sweep id -> repeat), one note names the
+    repeats flagged, each with its verdict."""
+    repeat_of = repeat_of or {}
+    sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)) if "sweep_id" in sat else 0)
+    notes = []
+    for (method, eps, gamma), cell in sat.groupby(["method", "epsilon", "gamma"], sort=True):
+        flagged = cell[~cell["health"].isin(["ok", "capped"])].sort_values("repeat", kind="stable")
+        if flagged.empty:
+            continue
+        where = f"{method} at ε = {eps:g}, γ = {gamma:g}"
+        if len(cell) == 1:
+            r = flagged.iloc[0]
+            notes.append(f"{where} is flagged **{r['health']}**, not worth reading as it stands (× in the figures): {r['health_note']}.")
+            continue
+        distinct = cell["repeat"].nunique() == len(cell)  # else parts of one repeat (older searches): named by sweep id
+        name = (lambda r: f"repeat {int(r['repeat'])}") if distinct else (lambda r: f"part {r.get('sweep_id', '')}")
+        labels = ", ".join(f"{name(r)} **{r['health']}**" for _, r in flagged.iterrows())
+        each = "; ".join(f"{name(r)}: {r['health_note']}" for _, r in flagged.iterrows())
+        notes.append(f"{where} is flagged in {len(flagged)} of its {len(cell)} selections ({labels}), not worth reading as they "
+                     f"stand (× in the figures): {each}.")
+    return notes
 
 
 def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Drawn:
@@ -166,7 +184,7 @@ def draw(study: Study, out: Path, references: pd.DataFrame | None = None) -> Dra
         drawn.files.append(out / "spending.csv")
         drawn.notes += [f"{r['method']} at ε = {r['epsilon']:g}, γ = {r['gamma']:g}: {capped_text(r)}; ringed in the figures."
                         for _, r in sat[sat["capped"]].iterrows()]
-        drawn.notes += health_notes(sat)
+        drawn.notes += health_notes(sat, study.repeat_of)
     elif not selections:
         drawn.notes.append("no phase-2 selection is logged yet (sweep interrupted before phase 2?): no satisfaction plot.")
     return drawn

@@ -118,8 +118,15 @@ def _page_verdicts(page: Path) -> str:
         rows.append({"method": p["method"], "against": p["against"], "ε": _eps(float(p["epsilon"])), "γ": f"{float(p['gamma']):g}",
                      "repeats": int(p["repeats_paired"]), "method's test error": text(mine, "test_error"), "other's test error": text(other, "test_error"),
                      "difference [95 % CI]": Interval(p["test_error_difference"], p["test_error_difference_low"], p["test_error_difference_high"], 0).text(4),
-                     "verdict (error)": p["error_verdict"], "verdict (share meeting γ)": p["share_verdict"]})
+                     "verdict (error)": p["error_verdict"], "verdict (share meeting γ)": p["share_verdict"],
+                     "flagged models (method / other)": f"{_flagged(mine)} / {_flagged(other)}"})
     return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def _flagged(cell) -> str:
+    from raco_bench.report.repeats import flagged_text
+
+    return "" if cell is None else flagged_text(cell)
 
 
 def _page_cells(page: Path) -> str:
@@ -152,19 +159,31 @@ def page_block(root: Path, name: str) -> str | None:
     return table or f"[{page}]({page}/README.md) has no {what} yet."
 
 
-def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]]]:
-    """(study, method, against at ε) -> verdict -> the γ values with it, for every page with repeats."""
+def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]], list[str]]]:
+    """(study, method, against at ε, verdict -> the γ values with it, the γ where the method's selected models are
+    flagged by the health rules), for every page with repeats."""
     out = []
     for page in repeat_pages(root):
         paired = _compared(page)
+        cells = pd.read_csv(page / "repeats.csv")
         for (method, against, eps), group in paired.groupby(["method", "against", "epsilon"], sort=True):
             by: dict[str, list[str]] = {}
             for _, r in group.iterrows():
                 by.setdefault(r["error_verdict"], []).append(f"{float(r['gamma']):g}")
             runs = sorted({int(n) for n in group["repeats_paired"]})
             repeats = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
-            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))} ({repeats} repeats)", by))
+            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))} ({repeats} repeats)", by,
+                        _flagged_gammas(cells, str(method), float(eps), set(group["gamma"].astype(float)))))
     return out
+
+
+def _flagged_gammas(cells: pd.DataFrame, method: str, eps: float, gammas: set[float]) -> list[str]:
+    """"γ (k of n)" for each γ where the health rules flag some of ``method``'s selected models at ``eps``."""
+    if "repeats_flagged" not in cells:
+        return []
+    mine = cells[(cells["method"] == method) & (cells["epsilon"].astype(float) == eps)].sort_values("gamma")
+    return [f"{float(r['gamma']):g} ({int(r['repeats_flagged'])} of {int(r['repeats_with_model'])})" for _, r in mine.iterrows()
+            if float(r["gamma"]) in gammas and r["repeats_flagged"] > 0]
 
 
 def results_paragraph(root: Path, tables: str = "results/README.md") -> str:
@@ -175,8 +194,11 @@ def results_paragraph(root: Path, tables: str = "results/README.md") -> str:
         return "No study has repeats yet, so the pages draw no verdict between methods; each page shows its selected models."
     lines = ["Verdicts from repeated protocols (the test error's paired difference, 95 % interval over repeats; "
              f"[the tables]({tables})):", ""]
-    for study, method, against, by in counts:
+    for study, method, against, by, flagged in counts:
         parts = [f"{verdict} at γ ∈ {{{', '.join(gammas)}}}" for verdict, gammas in sorted(by.items())]
+        if flagged:  # a verdict between useless models says little: the reader is told where
+            parts.append(f"{method}'s selected models flagged by the health rules (constant, one-class or too few steps) at γ = "
+                         f"{', '.join(flagged)}")
         lines.append(f"- {study}: {method} against {against}: {'; '.join(parts)}.")
     return "\n".join(lines)
 

@@ -25,7 +25,7 @@ from raco_bench.report.study import eps_key
 
 REPEAT_COLUMNS = ["method", "epsilon", "gamma", "repeats", "repeats_with_model", "test_error", "test_error_low", "test_error_high",
                   "test_max_constraint", "test_max_constraint_low", "test_max_constraint_high", "share_meeting", "share_meeting_low",
-                  "share_meeting_high", "runs", "search_per_cell"]
+                  "share_meeting_high", "runs", "search_per_cell", "repeats_flagged"]
 PAIRED_COLUMNS = ["method", "against", "epsilon", "gamma", "repeats_paired", "test_error_difference", "test_error_difference_low",
                   "test_error_difference_high", "error_verdict", "share_meeting_difference", "share_meeting_difference_low",
                   "share_meeting_difference_high", "share_verdict"]
@@ -78,8 +78,15 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
                     "test_error": error.estimate, "test_error_low": error.low, "test_error_high": error.high,
                     "test_max_constraint": constraint.estimate, "test_max_constraint_low": constraint.low, "test_max_constraint_high": constraint.high,
                     "share_meeting": share.estimate, "share_meeting_low": share.low, "share_meeting_high": share.high,
-                    "runs": int(mine["n_runs"].sum()), "search_per_cell": _search_note(rows, method, epsilon)})
+                    "runs": int(mine["n_runs"].sum()), "search_per_cell": _search_note(rows, method, epsilon),
+                    "repeats_flagged": flagged_count(mine)})
     return pd.DataFrame(out, columns=REPEAT_COLUMNS)
+
+
+def flagged_count(sat: pd.DataFrame) -> int:
+    """How many of these selected models the health rules flag (a constant or one-class predictor, too few steps:
+    :mod:`raco_bench.training.health`; capped alone is not a flag of a useless model)."""
+    return int((~sat["health"].astype(str).isin(["ok", "capped", ""])).sum()) if "health" in sat else 0
 
 
 def _cell(sat: pd.DataFrame, method: str, epsilon: float, gamma: float) -> pd.DataFrame:
@@ -190,8 +197,17 @@ def repeats_markdown(cells: pd.DataFrame) -> str:
         "test constraint value [95 % CI]": [_interval_text(r, "test_max_constraint") for _, r in cells.iterrows()],
         "share of runs meeting γ [95 % CI]": [_interval_text(r, "share_meeting", 3) for _, r in cells.iterrows()],
         "runs": cells["runs"], "searched per repeat": cells["search_per_cell"],
+        "selected models flagged (health)": [flagged_text(r) for _, r in cells.iterrows()],
     })
     return table.to_markdown(index=False)
+
+
+def flagged_text(cell) -> str:
+    """A ``repeats.csv`` row's flagged selected models, "k of n" ("not recorded" for a file from before the column)."""
+    flagged = cell.get("repeats_flagged") if hasattr(cell, "get") else None
+    if flagged is None or flagged != flagged:
+        return "not recorded"
+    return f"{int(flagged)} of {int(cell['repeats_with_model'])}"
 
 
 def paired_markdown(paired: pd.DataFrame) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from raco_bench.report import figures
+from raco_bench.report import figures, health_evidence
 from raco_bench.report.draw import Drawn, data_note, draw
 from raco_bench.report.noise_floor import NOISE_FLOOR, measured_noise_floor, validation_floor
 from raco_bench.report.protocol import protocol_note
@@ -134,6 +134,26 @@ def _floor_lines(floor: pd.DataFrame | None, gammas) -> list[str]:
     return head + [text, "", table.to_markdown(index=False), ""]
 
 
+def _evidence_lines(study: Study) -> list[str]:
+    """The health-evidence section, where some part's rows did not record what the health rules read."""
+    older = [p.sweep_id for p in study.parts if health_evidence.lacking(p.rows)]
+    if not older:
+        return []
+    head = [f"## Health evidence ({health_evidence.EVIDENCE_FILE})", ""]
+    text = (f"The health rules (docs/results.md, \"Health of a result\") read a model's test accuracy against the best constant "
+            f"predictor's, the test rows and the expected passes T·B/n. {len(older)} of the {len(study.parts)} parts "
+            f"({', '.join(older)}) were exported before runs recorded these. ")
+    if study.evidence is None:
+        return head + [text + "The dataset was not here when this page was built, so their rows are not judged by the constant "
+                       "and few-steps rules (\"not checked\"); `raco-bench results` measures it when `RACO_BENCH_DATA` holds it.", ""]
+    text += ("For their rows the constant predictor's test accuracy and the test rows are the test split's, which every repeat "
+             "shares, and T·B/n divides each row's T and batch size by the training split's size, all from the table below "
+             "(measured from the dataset once). The one-class rule reads the model's own predictions, which those parts did "
+             "not keep: it is not applied to them, and each verdict says so.")
+    table = study.evidence.drop(columns=["dataset", "constraint"]).rename(columns={"gamma": "γ trained with"})
+    return head + [text, "", table.to_markdown(index=False), ""]
+
+
 REPEATS_TEXT = (
     "Cells run in several repeats of the whole protocol (each repeat searches afresh, selects on its own resampled "
     "train/validation split under a fresh key, then trains its winner's phase-2 seeds; the test split is the same in every "
@@ -193,6 +213,7 @@ def write_readme(study: Study, page: Path, drawn: Drawn, references: pd.DataFram
                   "and ε: the medians over every phase-1 configuration, and the sweep's cap on T (`sweep.max_steps`). **Capped**: T reached "
                   "the cap with less than 90 % of ε spent (ringed in the figures).", "", _spending_markdown(drawn.spending, several), ""]
     lines += _floor_lines(floor, rows["gamma"])
+    lines += _evidence_lines(study)
     if references is not None and not references.empty:
         shown = references.drop(columns=[c for c in ("dataset",) if c in references.columns]).fillna({"epsilon": "non-private / not stated"})
         lines += ["## Published points overlaid (☆ in the figures whose x-axis is their quantity)", "", shown.to_markdown(index=False), ""]
@@ -213,8 +234,10 @@ def build_page(page: Path, references: Path | None = None) -> list[Path]:
     rows = study.rows
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     files = study.parts[0].params if study.parts else {}  # a user's dataset: its schema and table as the sweep logged them
-    floor, measured = measured_noise_floor(page, dataset, constraint, files.get("sweep.schema") or None, files.get("sweep.data") or None,
-                                           study.family.spec)
+    schema, data = files.get("sweep.schema") or None, files.get("sweep.data") or None
+    floor, measured = measured_noise_floor(page, dataset, constraint, schema, data, study.family.spec)
+    study.evidence, evidence_files = health_evidence.measured(page, rows, schema, data, study.family.spec)  # for rows that lack it
+    measured += evidence_files
     refs = load_references(references, set(rows["dataset"]), constraint)
     drawn = draw(study, page, refs)
     csv = page / "phase2_runs.csv"

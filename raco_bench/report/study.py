@@ -28,6 +28,7 @@ import pandas as pd
 
 from raco_bench.constraints.families import Family, family
 from raco_bench.records.results import INTEGER, TEXT_DEFAULTS, columns
+from raco_bench.report import health_evidence
 from raco_bench.report.load import ReportError
 
 FORMAT = 1  # the part files' layout; a reader refuses another
@@ -191,6 +192,7 @@ class Study:
     protocol) is left out of the rows and selections, and listed in :attr:`superseded` for the page to say so."""
 
     parts: list[Part]
+    evidence: pd.DataFrame | None = None  # the health rules' evidence of its dataset, for rows that lack it (report/health_evidence.py)
     superseded: dict[str, list[tuple]] = field(default_factory=dict, init=False)  # sweep id -> its cells left out
 
     @classmethod
@@ -200,7 +202,11 @@ class Study:
         if not metas:
             raise ReportError(f"{folder} has no study data ({PARTS}/*.json); write it with "
                               f"`raco-bench report --experiment NAME --results {folder}`")
-        return cls([read_part(m) for m in metas])
+        study = cls([read_part(m) for m in metas])
+        rows = study.rows
+        if len(rows):
+            study.evidence = health_evidence.read(folder, str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0]))
+        return study
 
     def __post_init__(self) -> None:
         self.parts = sorted(self.parts, key=lambda p: p.sweep_id)
@@ -220,9 +226,12 @@ class Study:
 
     @property
     def rows(self) -> pd.DataFrame:
-        """Every part's rows, with the part's cap on T in ``max_steps``."""
+        """Every part's rows, with the part's cap on T in ``max_steps`` and the health rules' evidence a row lacks
+        filled from :attr:`evidence` (:mod:`raco_bench.report.health_evidence`)."""
         frames = [self._kept(p).assign(max_steps=p.max_steps) for p in self.parts]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=kept() + ["max_steps"])
+        if not frames:
+            return pd.DataFrame(columns=kept() + ["max_steps"])
+        return health_evidence.fill(pd.concat(frames, ignore_index=True), self.evidence)
 
     @property
     def family(self) -> Family:
