@@ -110,3 +110,62 @@ def test_the_repeats_table_counts_flagged_selected_models(tmp_path):
     raco = cells[(cells["method"] == "raco-dp") & np.isclose(cells["gamma"], 0.005)].iloc[0]
     mine = sat[(sat["method"] == "raco-dp") & np.isclose(sat["gamma"], 0.005)]
     assert raco["repeats_flagged"] == (~mine["health"].isin(["ok", "capped"])).sum() > 0
+
+
+def test_a_gamma_dependent_bar_is_taken_at_each_rows_gamma(tmp_path):
+    """Heart under a false-negative-rate bound: the best constant that meets FNR ≤ γ predicts positive with probability
+    1 − γ, so its accuracy is γ + (1 − 2γ)·π on a split whose positive share π is below ½ (computed here, not by the code)."""
+    from raco_bench.data import load_dataset
+
+    part = read_part(ROOT / "results" / "heart-false-negative-rate" / "parts" / "a13140efdadb.json")  # RaCO-DP and SGDA at γ 0.3–0.6
+    evidence, _ = health_evidence.measured(tmp_path, Study([part]).rows)
+    y = np.asarray(load_dataset("heart", download=False).test.y)
+    share = y.mean()
+    assert share < 0.5
+    rows = Study([part], evidence=evidence).rows
+    for gamma in (0.3, 0.4, 0.5, 0.6):
+        mine = rows[np.isclose(rows["gamma"], gamma)]
+        assert len(mine) and mine["test_constant_accuracy"].to_numpy() == pytest.approx(gamma + (1 - 2 * gamma) * share, abs=1e-6)
+
+
+def test_a_gamma_added_later_is_appended_and_nothing_written_is_measured_again(tmp_path):
+    rows = Study([read_part(PART)]).rows
+    first, _ = health_evidence.measured(tmp_path, rows[(rows["method"] == "raco-dp") & np.isclose(rows["gamma"], 0.005)])
+    assert list(first["gamma"]) == [0.005]
+    path = tmp_path / health_evidence.EVIDENCE_FILE
+    table = pd.read_csv(path).assign(test_constant_accuracy=0.123)  # a value already written: kept as it is
+    pd.concat([table, table.assign(dataset="other")]).to_csv(path, index=False)  # and another dataset's rows stay
+    evidence, written = health_evidence.measured(tmp_path, rows)
+    assert written == [path] and sorted(evidence["gamma"]) == [0.0, 0.005, 0.01, 0.02, 0.05]
+    assert float(evidence.loc[np.isclose(evidence["gamma"], 0.005), "test_constant_accuracy"].iloc[0]) == 0.123
+    assert "other" in set(pd.read_csv(path)["dataset"])
+
+
+def test_a_batch_size_left_at_its_default_counts(tmp_path):
+    from raco_bench.methods import get_method
+
+    rows = Study([read_part(PART)]).rows
+    evidence, _ = health_evidence.measured(tmp_path, rows)
+    raco = rows[rows["method"] == "raco-dp"].head(3).copy()
+    raco["params"] = raco["params"].map(lambda p: json.dumps({k: v for k, v in json.loads(p).items() if k != "batch_size"}))
+    default = get_method("raco-dp").hyperparameters().batch_size
+    filled = health_evidence.fill(raco.assign(passes=math.nan), evidence)
+    assert filled["passes"].to_numpy() == pytest.approx((raco["steps"] * default / evidence["n_train"].iloc[0]).to_numpy())
+
+
+def test_the_readme_paragraph_names_flagged_models_of_both_methods(tmp_path):
+    from raco_bench.report.overview import results_paragraph
+
+    page = tmp_path / "results" / "p"
+    page.mkdir(parents=True)
+    (page / "README.md").write_text("# toy, demographic-parity\n")
+    pd.DataFrame([dict(method="raco-dp", against=against, epsilon=1.0, gamma=g, repeats_paired=5, error_verdict="worse")
+                  for against in ("dp-fermi", "sgda (non-private)") for g in (0.01, 0.02)]).to_csv(page / "paired.csv", index=False)
+    pd.DataFrame([dict(method=m, epsilon=e, gamma=g, repeats_with_model=5, repeats_flagged=k)
+                  for m, e, g, k in [("raco-dp", 1.0, 0.01, 4), ("raco-dp", 1.0, 0.02, 0), ("dp-fermi", 1.0, 0.01, 0),
+                                     ("dp-fermi", 1.0, 0.02, 2), ("sgda", math.inf, 0.01, 0), ("sgda", math.inf, 0.02, 0)]]
+                 ).to_csv(page / "repeats.csv", index=False)
+    text = results_paragraph(tmp_path / "results")
+    against_fermi, against_sgda = [line for line in text.splitlines() if line.startswith("- ")]
+    assert "raco-dp at γ = 0.01 (4 of 5); dp-fermi at γ = 0.02 (2 of 5)" in against_fermi
+    assert "raco-dp at γ = 0.01 (4 of 5)" in against_sgda and "sgda at" not in against_sgda

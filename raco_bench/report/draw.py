@@ -105,7 +105,7 @@ def health_notes(sat: pd.DataFrame, repeat_of: dict[str, int] | None = None) -> 
     repeat_of = repeat_of or {}
     sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)) if "sweep_id" in sat else 0)
     notes = []
-    for (method, eps, gamma), cell in sat.groupby(["method", "epsilon", "gamma"], sort=True):
+    for (method, eps, gamma), cell in sat.groupby(["method", "epsilon", "gamma"], sort=True, dropna=False):
         flagged = cell[~cell["health"].isin(["ok", "capped"])].sort_values("repeat", kind="stable")
         if flagged.empty:
             continue

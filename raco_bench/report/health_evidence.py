@@ -65,7 +65,8 @@ def read(folder: Path, dataset: str, constraint: str) -> pd.DataFrame | None:
 def measured(folder: Path, rows: pd.DataFrame, schema: str | None = None, data: str | None = None,
              spec: str | None = None) -> tuple[pd.DataFrame | None, list[Path]]:
     """``folder``'s evidence for ``rows`` (one dataset and constraint), measured first for the γ it does not hold yet
-    when some row lacks its own; and the files written. None when the dataset cannot be loaded here (nothing is
+    when some row lacks its own (appended: a value already written is never measured again, and rows of another
+    dataset or constraint stay); and the files written. None when the dataset cannot be loaded here (nothing is
     downloaded for a page)."""
     dataset, constraint = str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0])
     have = read(folder, dataset, constraint)
@@ -79,12 +80,14 @@ def measured(folder: Path, rows: pd.DataFrame, schema: str | None = None, data: 
     from raco_bench.data.files import MissingDataError
 
     try:
-        new = measure(dataset, constraint, needed | (set(have["gamma"]) if have is not None else set()), schema, data, spec)
+        new = measure(dataset, constraint, needed, schema, data, spec)
     except (MissingDataError, SchemaError):
         return have, []
     path = folder / EVIDENCE_FILE
-    new.to_csv(path, index=False)
-    return new, [path]
+    kept = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(COLUMNS))
+    table = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+    table.sort_values(["dataset", "constraint", "gamma"], kind="stable").to_csv(path, index=False)
+    return read(folder, dataset, constraint), [path]
 
 
 def lacking(rows: pd.DataFrame) -> bool:
@@ -100,10 +103,15 @@ def _lacks(rows: pd.DataFrame) -> pd.Series:
     return lacks
 
 
-def _batch_sizes(params: pd.Series) -> pd.Series:
-    """The expected batch size each row's hyperparameters (their JSON) hold; NaN for full-batch steps."""
-    text = params.astype(object).where(params.notna(), "").astype(str)
-    return pd.to_numeric(text.str.extract(r'"batch_size":\s*([-+0-9.eE]+)')[0], errors="coerce")
+def _batch_sizes(rows: pd.DataFrame) -> pd.Series:
+    """The expected batch size of each row's run: what its hyperparameters (their JSON) hold, else its method's default
+    (a batch size the search left alone); NaN for a method without one (full-batch steps)."""
+    from raco_bench.methods import get_method
+
+    text = rows["params"].astype(object).where(rows["params"].notna(), "").astype(str)
+    batch = pd.to_numeric(text.str.extract(r'"batch_size":\s*([-+0-9.eE]+)')[0], errors="coerce")
+    default = {m: getattr(get_method(m).hyperparameters(), "batch_size", None) for m in rows["method"].unique()}
+    return batch.fillna(rows["method"].map(lambda m: math.nan if default[m] is None else float(default[m])))
 
 
 def fill(rows: pd.DataFrame, evidence: pd.DataFrame | None) -> pd.DataFrame:
@@ -120,7 +128,7 @@ def fill(rows: pd.DataFrame, evidence: pd.DataFrame | None) -> pd.DataFrame:
     for col in ("test_constant_accuracy", "test_rows"):
         out[col] = out[col].astype(float).fillna(gamma.map(by_gamma[col]).astype(float))
     n_train = float(evidence["n_train"].iloc[0])
-    steps, batch = out["steps"].astype(float), _batch_sizes(out["params"])
+    steps, batch = out["steps"].astype(float), _batch_sizes(out)
     computed = (steps * batch / n_train).where(batch.notna(), steps)  # training.health.passes, row by row
     out["passes"] = out["passes"].astype(float).fillna(computed)
     return out

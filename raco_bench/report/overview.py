@@ -159,9 +159,9 @@ def page_block(root: Path, name: str) -> str | None:
     return table or f"[{page}]({page}/README.md) has no {what} yet."
 
 
-def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]], list[str]]]:
-    """(study, method, against at ε, verdict -> the γ values with it, the γ where the method's selected models are
-    flagged by the health rules), for every page with repeats."""
+def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]], dict[str, list[str]]]]:
+    """(study, method, against at ε, verdict -> the γ values with it, method or other -> the γ where its selected models
+    are flagged by the health rules, "γ (k of n)"), for every page with repeats."""
     out = []
     for page in repeat_pages(root):
         paired = _compared(page)
@@ -172,8 +172,12 @@ def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]
                 by.setdefault(r["error_verdict"], []).append(f"{float(r['gamma']):g}")
             runs = sorted({int(n) for n in group["repeats_paired"]})
             repeats = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
-            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))} ({repeats} repeats)", by,
-                        _flagged_gammas(cells, str(method), float(eps), set(group["gamma"].astype(float)))))
+            gammas = set(group["gamma"].astype(float))
+            other = str(against).removesuffix(" (non-private)")
+            other_eps = math.inf if other != str(against) else float(eps)
+            flagged = {name: found for name, found in ((str(method), _flagged_gammas(cells, str(method), float(eps), gammas)),
+                                                       (other, _flagged_gammas(cells, other, other_eps, gammas))) if found}
+            out.append((_study_title(page), str(method), f"{against} at ε = {_eps(float(eps))} ({repeats} repeats)", by, flagged))
     return out
 
 
@@ -196,9 +200,9 @@ def results_paragraph(root: Path, tables: str = "results/README.md") -> str:
              f"[the tables]({tables})):", ""]
     for study, method, against, by, flagged in counts:
         parts = [f"{verdict} at γ ∈ {{{', '.join(gammas)}}}" for verdict, gammas in sorted(by.items())]
-        if flagged:  # a verdict between useless models says little: the reader is told where
-            parts.append(f"{method}'s selected models flagged by the health rules (constant, one-class or too few steps) at γ = "
-                         f"{', '.join(flagged)}")
+        if flagged:  # a verdict between useless models says little: the reader is told where, for both methods
+            parts.append("selected models flagged as not worth reading by the health rules (the page's notes say which rule): "
+                         + "; ".join(f"{name} at γ = {', '.join(found)}" for name, found in flagged.items()))
         lines.append(f"- {study}: {method} against {against}: {'; '.join(parts)}.")
     return "\n".join(lines)
 

@@ -86,7 +86,10 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
 def flagged_count(sat: pd.DataFrame) -> int:
     """How many of these selected models the health rules flag (a constant or one-class predictor, too few steps:
     :mod:`raco_bench.training.health`; capped alone is not a flag of a useless model)."""
-    return int((~sat["health"].astype(str).isin(["ok", "capped", ""])).sum()) if "health" in sat else 0
+    if "health" not in sat:
+        return 0
+    health = sat["health"].dropna().astype(str)  # a missing verdict is not a flag
+    return int((~health.isin(["ok", "capped", ""])).sum())
 
 
 def _cell(sat: pd.DataFrame, method: str, epsilon: float, gamma: float) -> pd.DataFrame:
