@@ -624,7 +624,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output folder (default: reports/<experiment>/)")
     p.add_argument("--references", default=None, help="CSV of published points: method,dataset,epsilon,error,constraint_value,source (default: none)")
     p.add_argument("--walltime-experiment", default="raco-bench-walltime", help="benchmark experiment for the wall-time table (default: %(default)s)")
-    p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the most recent)")
+    p.add_argument("--sweep-id", default=None, help="which sweep of the experiment (default: the one that trained last; a resumed one counts from its resume)")
     p.add_argument("--results", default=None, metavar="DIR",
                    help="also export the sweep as a part of the study in DIR (DIR/parts/<sweep_id>.csv.gz and .json, replacing an earlier "
                         "export of it) and rebuild the page there from all its parts, e.g. results/adult-dp")

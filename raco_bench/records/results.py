@@ -42,12 +42,14 @@ def columns() -> list[str]:
     return IDENTITY + list(run_fields("column")) + HEAD + [f"test_{key}" for key in gap_keys()] + TAIL
 
 
-def sweep_starts(packs: list) -> dict[str, int]:
-    """The sweeps of complete pack runs: sweep id -> start time (ms) of its first pack."""
+def sweep_latest(packs: list) -> dict[str, int]:
+    """The sweeps of complete pack runs: sweep id -> start time (ms) of its latest pack. The sweep with the largest is the
+    one that trained last: a sweep resumed after others ran counts from its resume, so the report of "the most recent
+    sweep" after a resume is the resumed one (by its first pack it would be another, later-started sweep)."""
     out: dict[str, int] = {}
     for run in packs:
         sweep = run.data.tags.get(tracking.SWEEP_ID, "")
-        out[sweep] = min(out.get(sweep, run.info.start_time), run.info.start_time)
+        out[sweep] = max(out.get(sweep, run.info.start_time), run.info.start_time)
     return out
 
 

@@ -59,7 +59,8 @@ def build_report(experiment: str, tracking_uri: str | None, out: Path, reference
     progress = Progress("report", 5, every=0.0)
     part = export_part(uri, experiment, sweep_id)  # raises ReportError for an unknown experiment or no finished runs
     df = part.rows
-    progress.advance(f"{len(df)} runs loaded from {uri}")
+    which = "" if sweep_id is not None else " (the one that trained last; --sweep-id picks another)"
+    progress.advance(f"{len(df)} runs of sweep {part.sweep_id}{which} loaded from {uri}")
     dataset, constraint = str(df["dataset"].iloc[0]), str(df["constraint"].iloc[0])
     refs = load_references(references, {dataset}, constraint)
     out.mkdir(parents=True, exist_ok=True)

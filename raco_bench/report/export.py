@@ -49,7 +49,7 @@ def accounted_view(df: pd.DataFrame, released: list[dict]) -> tuple[pd.DataFrame
 
 
 def export_part(uri: str, experiment: str, sweep_id: str | None = None) -> Part:
-    """One sweep of ``experiment`` (default: the most recent) as a part: its trained rows (for accounted tuning, the
+    """One sweep of ``experiment`` (default: the one that trained last) as a part: its trained rows (for accounted tuning, the
     released models as phase-2 rows), the spec params and provenance its phase parents logged, the wall time, the
     selections (the driver's :data:`~raco_bench.records.artifacts.SELECTIONS_ARTIFACT`) and the skipped counts. The rows keep every column
     (``trial_key`` and the run ids too); writing the part drops what a page does not read."""

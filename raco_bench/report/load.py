@@ -8,7 +8,7 @@ import pandas as pd
 
 from raco_bench import tracking
 from raco_bench.constraints.gaps import gap_keys
-from raco_bench.records.results import results_of, sweep_starts, trained
+from raco_bench.records.results import results_of, sweep_latest, trained
 from raco_bench.report.spending import capped
 from raco_bench.training.health import Evidence, judge
 
@@ -26,12 +26,13 @@ def experiment_id(uri: str, name: str) -> str:
 
 
 def load_runs(uri: str, experiment: str, sweep_id: str | None = None) -> pd.DataFrame:
-    """Every configuration trained by one sweep of ``experiment`` (``sweep_id``, default: the most recent sweep), as
+    """Every configuration trained by one sweep of ``experiment`` (``sweep_id``, default: the sweep that trained last,
+    :func:`~raco_bench.records.results.sweep_latest`), as
     :func:`raco_bench.records.results.read_results` reads it, less the configurations the method could not train
     (counted per "method: reason" in ``attrs["skipped"]``). The store is searched once."""
     exp_id = experiment_id(uri, experiment)
     packs = tracking.completed_packs(uri, exp_id)
-    sweeps = sweep_starts(packs)
+    sweeps = sweep_latest(packs)
     if not sweeps:
         raise ReportError(f"experiment {experiment!r} has no finished trial runs yet; run or resume its sweep first")
     if sweep_id is None:
