@@ -183,11 +183,12 @@ def verdict_counts(root: Path) -> list[tuple[str, str, str, dict[str, list[str]]
 
 def _flagged_gammas(cells: pd.DataFrame, method: str, eps: float, gammas: set[float]) -> list[str]:
     """"γ (k of n)" for each γ where the health rules flag some of ``method``'s selected models at ``eps``."""
+    from raco_bench.report.repeats import flagged_text
+
     if "repeats_flagged" not in cells:
         return []
     mine = cells[(cells["method"] == method) & (cells["epsilon"].astype(float) == eps)].sort_values("gamma")
-    return [f"{float(r['gamma']):g} ({int(r['repeats_flagged'])} of {int(r['repeats_with_model'])})" for _, r in mine.iterrows()
-            if float(r["gamma"]) in gammas and r["repeats_flagged"] > 0]
+    return [f"{float(r['gamma']):g} ({flagged_text(r)})" for _, r in mine.iterrows() if float(r["gamma"]) in gammas and r["repeats_flagged"] > 0]
 
 
 def results_paragraph(root: Path, tables: str = "results/README.md") -> str:

@@ -203,14 +203,18 @@ class Study:
             raise ReportError(f"{folder} has no study data ({PARTS}/*.json); write it with "
                               f"`raco-bench report --experiment NAME --results {folder}`")
         study = cls([read_part(m) for m in metas])
-        rows = study.rows
-        if len(rows):
-            study.evidence = health_evidence.read(folder, str(rows["dataset"].iloc[0]), str(rows["constraint"].iloc[0]))
+        if study.kinds:
+            study.evidence = health_evidence.read(folder, *next(iter(study.kinds)))
         return study
+
+    @property
+    def kinds(self) -> set[tuple[str, str]]:
+        """The (dataset, constraint) its parts hold: one, or none without rows."""
+        return {(str(p.rows["dataset"].iloc[0]), str(p.rows["constraint"].iloc[0])) for p in self.parts if len(p.rows)}
 
     def __post_init__(self) -> None:
         self.parts = sorted(self.parts, key=lambda p: p.sweep_id)
-        kinds = {(str(p.rows["dataset"].iloc[0]), str(p.rows["constraint"].iloc[0])) for p in self.parts if len(p.rows)}
+        kinds = self.kinds
         if len(kinds) > 1:
             raise ReportError(f"a study is one dataset and constraint; its parts hold {sorted(kinds)}")
         cells = {p.sweep_id: p.cells for p in self.parts}
