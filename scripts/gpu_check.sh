@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check of docs/packs.md, "The GPU path" (issue 47): the CUDA tests, a profile of the pack step (kernel launches
-# and host synchronisations per step, GPU busy time against wall time: the step a device runs ahead on beside the host
-# path at 1,024 configurations of B = 1,024, and on the benchmark's mix at 4,096), the throughput table at packs of 256,
-# 1,024 and 4,096 (own batches at 256 and 1,024), and one pack of 4,096 against four trials of 1,024 sharing the GPU.
-# About 7.5 minutes on one H100 (9.5 at most: the steps' time limits); everything it prints goes to $OUT (gpu_check.log,
+# The GPU check of docs/packs.md, "The GPU path" and "Graphed steps": the CUDA tests, a profile of the pack step (kernel
+# launches and host synchronisations per step, GPU busy time against wall time: the ahead step replayed as a CUDA graph,
+# the same step launched op by op, and the host path, at 1,024 configurations of B = 1,024; the graphed step on the
+# benchmark's mix at 4,096), then the benchmark's mix trained as one pack with and without the graph, side by side, at
+# 1,024 and 4,096 configurations (configurations/hour, the device's peak memory beside the memory model's).
+# About 5.5 minutes on one H100 (7 at most: the steps' time limits); everything it prints goes to $OUT (gpu_check.log,
 # summary.md).
 #
 # 1. Here, where the suite is installed (CPU, Ray, dp-accounting), once:
@@ -61,7 +62,7 @@ step() { echo; echo "=== $1 ($(date +%T))"; }
 summary() {  # the lines worth reading, from the log so far
   {
     echo "# GPU check $(date -u +%F) on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "$DEVICE")"
-    echo; echo '```'; grep -E "passed|failed|error|Error|PROFILE|configurations/hour|TOGETHER|Terminated|GiB" "$LOG"; echo '```'
+    echo; echo '```'; grep -E "passed|failed|error|Error|PROFILE|MIX|Terminated" "$LOG"; echo '```'
   } > "$OUT/summary.md"
 }
 trap summary TERM INT
@@ -81,8 +82,8 @@ else
   echo "(skipped on $DEVICE: the tests skip themselves without CUDA)"
 fi
 
-step "profile: the pack step a device runs ahead on, and the host path ($FOUR configurations, B = 1,024, T = 100); the ahead step on the benchmark's mix of $ONE"
-timeout 80 "$PY" - "$DEVICE" "$PROFILE_KIT" "$KIT" "$ONE" <<'EOF'
+step "profile: the pack step a device runs ahead on, graphed and op by op, and the host path ($FOUR configurations, B = 1,024, T = 100); the graphed step on the benchmark's mix of $ONE"
+timeout 110 "$PY" - "$DEVICE" "$PROFILE_KIT" "$KIT" "$ONE" <<'EOF'
 import json, statistics, sys, time
 sys.modules["dp_accounting"] = None  # the kits answer the accountant: a run the kit does not answer fails here, not slowly
 import torch
@@ -104,8 +105,8 @@ activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cud
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
 
 
-def measure(runs, ahead: bool, name: str) -> None:
-    engine = LagrangianEngine(runs, ahead=ahead)
+def measure(runs, ahead: bool, name: str, graph: bool = False) -> None:
+    engine = LagrangianEngine(runs, ahead=ahead, graph=graph)
     for _ in range(4):  # the first block of draws, allocations
         engine.step()
     engine.settle(); sync()
@@ -137,80 +138,61 @@ def measure(runs, ahead: bool, name: str) -> None:
 
 
 runs = lambda: tp._runs(ds, "raco-dp", K, device, 10**6, cache, {"batch_size": 1024}, steps=100, kit=kit)  # noqa: E731 - all live to T = 100
-measure(runs(), True, f"ahead: K={K}, B=1024")
+measure(runs(), True, f"ahead, graphed: K={K}, B=1024", graph=True)
+measure(runs(), True, f"ahead, op by op: K={K}, B=1024")
 measure(runs(), False, f"host path: K={K}, B=1024")
 mix = tp._runs(ds, "raco-dp", mix_k, device, 100, cache, draws="shared", kit=mix_kit)  # the table's sampled mix; those with T < 84 finish
 # inside the window and are masked (at 4,096 about one in five): as in the benchmark, where they are left out only later
 sizes = [float(r.ctx.hyper.batch_size) for r in mix]
-measure(mix, True, f"ahead on the benchmark's mix: K={mix_k}, shared batches, B from {min(sizes):.0f} to {max(sizes):.0f} "
+measure(mix, True, graph=True, name=f"ahead, graphed, on the benchmark's mix: K={mix_k}, shared batches, B from {min(sizes):.0f} to {max(sizes):.0f} "
         f"(mean {statistics.mean(sizes):.0f}), T up to {max(r.ctx.steps for r in mix)}")
 EOF
 
-step "throughput table, shared batches (sizes 1 $SIZES)"
-timeout 150 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes 1 $SIZES --singles "$SINGLES" --draws shared \
-  --table-only --no-mlflow
-step "throughput table, own batches (sizes $OWN)"
-timeout 90 "$PY" -m raco_bench.cli bench throughput --device "$DEVICE" --kit "$KIT" --sizes $OWN --singles "$SINGLES" --draws own \
-  --table-only --no-mlflow
-
-step "one pack of $ONE against four trials of $FOUR sharing the device (shared batches)"
-cat > /tmp/gpu_check_pack.py <<'EOF'
+step "the benchmark's mix as one pack, graphed and op by op, side by side (shared batches; $FOUR, then $ONE)"
+timeout 200 "$PY" - "$DEVICE" "$KIT" "$FOUR" "$ONE" <<'EOF'
 import sys, time
 sys.modules["dp_accounting"] = None  # the kit answers the accountant: a run the kit does not answer fails here, not slowly
 import torch
 from raco_bench.benchmarks import throughput as tp
+from raco_bench.benchmarks.pack_memory import model_for
 from raco_bench.data import load_dataset
-from raco_bench.training.pack import train_runs
 from raco_bench.privacy.calibration import CalibrationCache
+from raco_bench.training.pack import train_pack
 
-device, K, kit = sys.argv[1], int(sys.argv[2]), tp.Kit.load(sys.argv[3])
+device, kit, sizes = sys.argv[1], tp.Kit.load(sys.argv[2]), [int(k) for k in sys.argv[3:]]
 answers = kit.answers()  # held: a context manager dropped at once would close and carry nothing
 answers.__enter__()  # the accountant answers the kit's runs from the kit, for this whole process
 torch.set_num_threads(1)
 ds, cache = load_dataset("adult"), CalibrationCache()
-tp.warm_up(ds, "raco-dp", device, cache, kit)
-runs = tp._runs(ds, "raco-dp", K, device, 100, cache, draws="shared", kit=kit)
-print("READY", flush=True)
-sys.stdin.readline()  # the packs sharing the device start together
 cuda = device == "cuda"
-torch.cuda.reset_peak_memory_stats() if cuda else None
-held = torch.cuda.memory_allocated() if cuda else 0  # the dataset and the prepared runs, before the pack trains
-start = time.time()
-train_runs(runs)
-torch.cuda.synchronize() if cuda else None
-end = time.time()
-memory = ""
-if cuda:  # the pack's measured peak on the device beside the memory model's on-device estimate (raco_bench/training/pack_memory.py)
-    from raco_bench.benchmarks.pack_memory import model_for
-    model = model_for(runs)
-    peak = torch.cuda.max_memory_allocated()
-    memory = (f", device peak {peak / 2**30:.3f} GiB allocated (the dataset and prepared runs included; {(peak - held) / 2**30:.3f} "
-              f"beyond them) and {torch.cuda.max_memory_reserved() / 2**30:.3f} GiB reserved by the process, against the model's "
-              f"{model.on_device / 2**30:.3f} GiB "
-              f"(tables {model.tables / 2**30:.3f}, state {model.state / 2**30:.3f}, step {model.step / 2**30:.3f}, evaluation {model.evaluation / 2**30:.3f})")
-print(f"PACK K={K}: {end - start:.1f} s, {3600 * K / (end - start):,.0f} configurations/hour{memory}; span {start:.3f} {end:.3f}", flush=True)
-EOF
-timeout 170 "$PY" - "$PY" "$DEVICE" "$ONE" "$FOUR" "$KIT" <<'EOF'
-import subprocess, sys, time
-py, device, one, four, kit = sys.argv[1:]
-
-def together(sizes):
-    """Start a process per pack size, wait until each has prepared its pack, then start them at once: the wall time."""
-    procs = [subprocess.Popen([py, "/tmp/gpu_check_pack.py", device, str(k), kit], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for k in sizes]
-    for proc in procs:
-        assert proc.stdout.readline().strip() == "READY"
-    for proc in procs:
-        proc.stdin.write("go\n"); proc.stdin.flush()
-    lines = [proc.stdout.read().strip() for proc in procs]
-    spans = [[float(x) for x in line.split("span ")[1].split()] for line in lines]
-    for line in lines:
-        print("  ", line.split("; span")[0])
-    return max(e for _, e in spans) - min(s for s, _ in spans)  # the first start to the last end, on the machine's clock
-
-for sizes in ([int(one)], [int(four)] * 4):
-    wall = together(sizes)
-    print(f"TOGETHER {len(sizes)} x {sizes[0]}: {wall:.1f} s, {3600 * sum(sizes) / wall:,.0f} configurations/hour")
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+tp.warm_up(ds, "raco-dp", device, cache, kit)
+train_pack(tp._runs(ds, "raco-dp", sizes[0], device, 100, cache, draws="shared", kit=kit)[:8], ahead=True, graph=True)  # a first capture
+for K in sizes:
+    seen = {}
+    runs = tp._runs(ds, "raco-dp", K, device, 100, cache, draws="shared", kit=kit)  # one word source (a secret key) for both packs
+    for graph in (False, True) if K == sizes[0] else (True, False):  # at the larger size the op-by-op pack last: a time limit cuts it
+        torch.cuda.empty_cache() if cuda else None
+        torch.cuda.reset_peak_memory_stats() if cuda else None
+        held = torch.cuda.memory_allocated() if cuda else 0
+        sync()
+        start = time.perf_counter()
+        results = train_pack(runs, ahead=True, graph=graph)  # ahead: the default on a GPU (on the CPU the dry path's choice)
+        sync()
+        wall = time.perf_counter() - start
+        seen[graph] = (wall, [r.final_params["weight"] for r in results])
+        memory = ""
+        if cuda:
+            model, peak = model_for(runs), torch.cuda.max_memory_allocated()
+            memory = (f"; device peak {peak / 2**30:.3f} GiB allocated ({(peak - held) / 2**30:.3f} beyond the dataset and prepared runs), "
+                      f"{torch.cuda.max_memory_reserved() / 2**30:.3f} GiB reserved, the memory model's {model.on_device / 2**30:.3f} GiB")
+        name = "graphed" if graph else "op by op"
+        print(f"MIX K={K} {name}: {wall:.1f} s, {3600 * K / wall:,.0f} configurations/hour, mean T {sum(r.steps for r in results) / K:,.0f}{memory}",
+              flush=True)
+    if len(seen) == 2:
+        (a, wa), (b, wb) = seen[False], seen[True]
+        diff = max(float(abs(x - y).max() / max(abs(y).max(), 1e-12)) for x, y in zip(wa, wb))
+        print(f"MIX K={K}: graphed / op by op throughput {a / b:.2f}x; final weights agree to {diff:.1e} relative (largest)", flush=True)
 EOF
 } 2>&1 | tee "$LOG"
 

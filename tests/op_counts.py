@@ -70,7 +70,7 @@ def to_meta(obj, memo: dict | None = None):
         out = {("meta" if isinstance(k, torch.device) else k): to_meta(v, memo) for k, v in obj.items()}
         out = {(torch.device("meta") if k == "meta" else k): v for k, v in out.items()}
     elif type(obj).__module__.startswith(("raco_bench", "baselines")) and hasattr(obj, "__dict__") and not isinstance(obj, type):
-        out = object.__new__(type(obj))
+        out = memo[id(obj)] = object.__new__(type(obj))  # known before its attributes: a cycle (a graph and its owner) ends here
         for key, value in vars(obj).items():
             object.__setattr__(out, key, to_meta(value, memo))
     else:

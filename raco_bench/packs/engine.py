@@ -12,7 +12,8 @@ source, constraint structure and evaluation splits).
 
 An engine whose class says ``runs_ahead`` takes ``ahead=`` (True, False, or None: by device) and can take its steps
 without reading anything back to the host between evaluations (docs/packs.md, "The GPU path"); it then holds them in
-``ahead`` (not None), and the driver calls :meth:`Engine.settle` before it reads anything of the state.
+``ahead`` (not None), and the driver calls :meth:`Engine.settle` before it reads anything of the state. Such an
+engine also takes ``graph=`` (True, False, or None: on CUDA): whether that step is replayed as a CUDA graph.
 """
 
 from __future__ import annotations

@@ -58,14 +58,15 @@ def _compatible(a: Run, b: Run) -> bool:
 
 @torch.inference_mode()
 def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = None, products: RowProducts | None = None,
-               checkpoint: PackCheckpoint | None = None, ahead: bool | None = None) -> list[RunResult]:
+               checkpoint: PackCheckpoint | None = None, ahead: bool | None = None, graph: bool | None = None) -> list[RunResult]:
     """Train compatible runs in lockstep; ``progress(k, entry)`` sees each configuration's evaluations.
     ``products`` picks how batch rows are multiplied (:mod:`raco_bench.packs.rows`; default: by device).
     ``checkpoint`` saves the pack's state every ``checkpoint.every_s`` seconds and continues from a saved state: every
     draw is a function of (stream, step), so a resumed pack ends exactly as an uninterrupted one (docs/packs.md).
     ``ahead`` asks an engine that can (``Engine.runs_ahead``) for the step a device runs ahead on (default: by device;
     docs/packs.md, "The GPU path"): nothing is then read back between evaluations, the step times are shared out at
-    each evaluation, and an evaluation reads every split's counts back at once.
+    each evaluation, and an evaluation reads every split's counts back at once. ``graph`` asks such an engine to replay
+    that step as a CUDA graph (default: on CUDA; docs/packs.md, "Graphed steps").
 
     A pack runs in torch's inference mode: batched engines compute their gradients in closed form and never use autograd,
     and without its bookkeeping each of a step's small operations costs less (docs/packs.md, "Speed"). The parameters a
@@ -85,7 +86,9 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
     kind = first.method.engine
     if ahead and not kind.runs_ahead:
         raise ValueError(f"method {first.method.name}'s engine has no step a device runs ahead on (ahead=True)")
-    engine = kind(runs, products, ahead=ahead) if kind.runs_ahead else kind(runs, products)
+    if graph and not kind.runs_ahead:
+        raise ValueError(f"method {first.method.name}'s engine has no step to replay as a graph (graph=True)")
+    engine = kind(runs, products, ahead=ahead, graph=graph) if kind.runs_ahead else kind(runs, products)
     runs_ahead = engine.ahead is not None
     K = len(runs)
     recorders = [RunRecorder(r, (lambda entry, k=k: progress(k, entry)) if progress else None) for k, r in enumerate(runs)]

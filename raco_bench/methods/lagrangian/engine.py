@@ -26,6 +26,7 @@ import torch
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.data.tensors import TrainData
 from raco_bench.methods.lagrangian import fused
+from raco_bench.methods.lagrangian.graphed import StepGraph, copied
 from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.draws import BatchesAhead, DrawAhead, FixedBatches, ahead_steps, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
@@ -531,15 +532,25 @@ def ahead_step(state: PackState, data: PackData, s: PackSettings, rates: Compile
     an index). Returns the state and whether a live configuration's batch may have been cut at the fixed width (a
     device bool)."""
     t = state.step + 1
-    rows, valid, cut = batches.at(t)
+    return ahead_update(state, data, s, rates, products, *batches.at(t), laplace.at(t) if laplace is not None else None,
+                        gaussian.at(t) if gaussian is not None else None, t)
+
+
+def ahead_update(state: PackState, data: PackData, s: PackSettings, rates: CompiledRates | None, products: RowProducts, rows: torch.Tensor,
+                 valid: torch.Tensor, cut: torch.Tensor, laplace: torch.Tensor | None, gaussian: torch.Tensor | None,
+                 t: int | torch.Tensor) -> tuple[PackState, torch.Tensor]:
+    """:func:`ahead_step` from step ``t``'s draws, given: the distinct batches' rows, validity and cut flags (D × width,
+    D × width, D), the unit Laplace and Gaussian draws (K × count, or None), and ``t`` itself, a number or a 0-d tensor
+    on the device (the graphed step's clock, :mod:`raco_bench.methods.lagrangian.graphed`). The state returned counts
+    ``state.step + 1`` steps."""
     which = s.batch_draws[1]
-    noise = StepNoise(rows, valid, laplace.at(t) if laplace is not None else None, gaussian.at(t) if gaussian is not None else None, which, [])
+    noise = StepNoise(rows, valid, laplace, gaussian, which, [])
     grad_w, grad_b, estimates, H = _gradients(slice(None), rows.shape[1], state, data, s, rates, noise, products)
     new = apply_release(state, s, PackRelease(grad_w, grad_b, H, estimates))
     live = s.steps >= t
     kept = lambda a, b: torch.where(live.view(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
     out = PackState(kept(new.weight, state.weight), kept(new.bias, state.bias), kept(new.lam, state.lam), kept(new.velocity, state.velocity),
-                    kept(new.estimates, state.estimates), t)
+                    kept(new.estimates, state.estimates), state.step + 1)
     return out, (cut[which] & live).any()
 
 
@@ -559,14 +570,19 @@ class AheadSteps:
     settle again from the state before them with exact draws (:class:`ExactBatches`). Every draw is a function of
     (stream, step, purpose), so those steps end exactly as a run alone's."""
 
-    def __init__(self, settings: PackSettings, data: PackData, rates: CompiledRates | None, products: RowProducts) -> None:
+    def __init__(self, settings: PackSettings, data: PackData, rates: CompiledRates | None, products: RowProducts,
+                 graph: bool | None = None) -> None:
         self.settings, self.data, self.rates, self.products = settings, data, rates, products
+        on_cuda = data.X.device.type == "cuda"
+        self.graphed = on_cuda if graph is None else graph  # the step as a graph (:mod:`.graphed`); without CUDA its body runs eagerly
+        self.capture = self.graphed and on_cuda
         self.T = settings.steps.tolist()  # read once, before the first step
         self.T_np = np.asarray(self.T)
         self.active: np.ndarray | None = None  # the configurations stepped (None: all)
         self.index: torch.Tensor | None = None  # the same, on the device
         distinct = settings.batch_draws[0]
         self.width = FixedBatches(distinct[:, 0], distinct[:, 1].view(torch.float64), data.n, settings.source, max(self.T)).width
+        self.graph: StepGraph | None = None
         self._use(settings)
         self.cut = torch.zeros((), dtype=torch.bool, device=data.X.device)  # whether a batch since the last settle may have been cut
         self.pending = False  # steps were taken since the last settle
@@ -585,6 +601,7 @@ class AheadSteps:
         self.laplace = (DrawAhead(s.seeds, rng.LAPLACE, P * c, rng.laplace, s.source, last, ahead_steps(K, 2 * P * c))
                         if s.private and s.constrained else None)
         self.gaussian = DrawAhead(s.seeds, rng.GAUSSIAN, c * d + c, rng.normal, s.source, last, ahead_steps(K, c * d + c)) if s.private else None
+        self.graph = StepGraph(self, self.capture) if self.graphed else None  # a new stepped set: a new graph
 
     def _ahead_step(self, state: PackState, batches) -> tuple[PackState, torch.Tensor]:
         part = take_rows(state, self.index) if self.active is not None else state
@@ -602,10 +619,12 @@ class AheadSteps:
             self.active = np.flatnonzero(self.T_np >= t)
             self.index = torch.tensor(self.active, device=state.weight.device)
             self._use(take_rows(self.settings, self.index))
-        if not self.pending:
-            self.since, self.pending = state, True
+        if not self.pending:  # a graph's state is its buffers, which the next step overwrites: the state kept is a copy
+            self.since, self.pending = (copied(state) if self.graph is not None else state), True
+        if self.graph is not None:
+            return self.graph.step(state)  # the cut flag or-ed in place, inside the step
         state, cut = self._ahead_step(state, self.batches)
-        self.cut = self.cut | cut
+        self.cut.logical_or_(cut)
         return state
 
     def settle(self, state: PackState) -> PackState:
@@ -616,7 +635,7 @@ class AheadSteps:
         cut, self.pending = bool(self.cut), False
         if not cut:
             return state
-        self.cut = torch.zeros_like(self.cut)
+        self.cut.zero_()  # in place: a graph or-s into this flag
         redo, end = self.since, state.step
         while redo.step < end:
             redo, _ = self._ahead_step(redo, self.exact)
@@ -661,7 +680,8 @@ def lagrangian_settings(runs: list, constrained: bool | None = None, private: bo
 
 class LagrangianEngine(Engine):
     """The Lagrangian family (RaCO-DP, SGDA, DP-SGD, SGD) as a pack; ``ahead`` (default: on any device but the CPU) takes
-    the steps a device runs ahead on (:class:`AheadSteps`)."""
+    the steps a device runs ahead on (:class:`AheadSteps`), ``graph`` (default: on CUDA) replays that step as a CUDA
+    graph (:mod:`raco_bench.methods.lagrangian.graphed`; without CUDA, True runs the graph's body eagerly)."""
 
     runs_ahead = True
 
@@ -675,7 +695,7 @@ class LagrangianEngine(Engine):
     def pack_key(cls, run) -> tuple:
         return tuple(run.ctx.plan.data.table.shape)  # one layout of the training tensors per pack
 
-    def __init__(self, runs: list, products: RowProducts | None = None, ahead: bool | None = None) -> None:
+    def __init__(self, runs: list, products: RowProducts | None = None, ahead: bool | None = None, graph: bool | None = None) -> None:
         first = runs[0]
         self.settings = lagrangian_settings(runs)
         self.steps = self.settings.steps
@@ -686,7 +706,7 @@ class LagrangianEngine(Engine):
         self.method, self.data = first.method, PackData.of(first.ctx.plan.data, ahead=ahead)
         self.rates = first.ctx.rates if first.method.constrained else None
         self.products = products or rows_for(dev)
-        self.ahead = AheadSteps(self.settings, self.data, self.rates, self.products) if self.data.ahead else None
+        self.ahead = AheadSteps(self.settings, self.data, self.rates, self.products, graph) if self.data.ahead else None
         self._host: PackState | None = None  # the state on the host as of its step (ahead: read at settle)
 
     def step(self) -> None:
