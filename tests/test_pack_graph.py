@@ -1,12 +1,15 @@
 """The ahead step replayed as a CUDA graph (raco_bench/methods/lagrangian/graphed.py; docs/packs.md, "Graphed steps"),
 checked on the CPU, where ``graph=True`` runs the graph's body eagerly on the same buffers: the state held in place,
-the clock and the offsets advanced on the device, each block of draws copied into its buffer. A graphed pack computes
-exactly what the ahead step computes (the same operations on the same values), so the two must agree bit for bit; each
-planted fault below (a slot read one step late, a block not copied, a clock a step ahead, a kept state overwritten)
-breaks that. On a device, tests/test_packs_cuda.py runs the captured graph (the default there)."""
+the clock and the offsets advanced on the device, each block of draws copied into its buffer, the configurations in
+lanes of similar batch sizes. With one batch size a graphed pack computes exactly what the ahead step computes (the
+same operations on the same values) and must agree bit for bit; with several, each lane sums over its own width, and
+it agrees as a pack agrees with its runs alone. Each planted fault below (a slot read one step late, a block not
+copied, a clock a step ahead, a kept state overwritten, a lane cut too narrow) breaks that. On a device,
+tests/test_packs_cuda.py runs the captured graph (the default there)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -34,8 +37,15 @@ def _identical(a, b) -> None:
 
 
 def _graphed_equals_ahead(dataset, specs, products=GatheredRows, **kwargs):
+    """A graphed pack against the same pack op by op: bit for bit where every configuration has one batch size (one lane,
+    at the pack's width), else to the tolerance of a pack against its runs alone (lanes sum over fewer padded slots)."""
     graphed_pack = train_pack(_runs(dataset, specs, **kwargs), products=products, ahead=True, graph=True)
-    _identical(graphed_pack, train_pack(_runs(dataset, specs, **kwargs), products=products, ahead=True, graph=False))
+    ahead_pack = train_pack(_runs(dataset, specs, **kwargs), products=products, ahead=True, graph=False)
+    if len({p.get("batch_size") for _, p, *_ in specs}) == 1:
+        _identical(graphed_pack, ahead_pack)
+    else:
+        for a, b in zip(graphed_pack, ahead_pack):
+            _assert_same(a, b, rtol=1e-4)
     return graphed_pack
 
 
@@ -133,6 +143,37 @@ def test_a_graphed_pack_resumed_from_a_checkpoint_ends_as_one_never_stopped(adul
     resumed = train_runs(_runs(adult, specs, eval_every=7), checkpoint=PackCheckpoint(lambda s: None, saves[-1], every_s=0.0))
     for a, b in zip(resumed, whole):
         _assert_same(a, b, rtol=1e-4)
+
+
+def test_lanes_group_similar_batch_sizes_and_a_lane_cut_too_narrow_is_caught(adult, monkeypatch):
+    """B from 64 to 2,048 with shared and own batches: the lanes cover every stepped configuration once, each lane's
+    widest batch is at most twice its narrowest, a lane's width holds its widest batch, and the pack equals its runs
+    alone. A lane cut to half its width (planted) either trips the cut flag, so the stretch is taken again exactly and the
+    pack still equals its runs alone, or loses rows: the flag is what guards it, so with the flag ignored too it fails."""
+    specs = [("raco-dp", {**MIXED[0][1], "batch_size": b, "lr": 0.1 + 0.05 * i}, 0.05, 12, i % 3) for i, b in enumerate((64, 2048, 256, 1024, 700))]
+    engine = lagrangian.LagrangianEngine(_runs(adult, specs, draws="shared"), graph=True, ahead=True)
+    lanes = engine.ahead.lanes
+    covered = sorted(k for lane in lanes for k in lane.index.tolist())
+    assert covered == list(range(len(specs))) and len(lanes) >= 3
+    n = engine.data.n
+    for lane in lanes:
+        q = lane.settings.sampling_rate.tolist()
+        widths = [lagrangian.rng.poisson_width(n, n * x) for x in q]
+        assert max(widths) <= lagrangian.LANE_RATIO * min(widths) and lane.width == max(widths)
+    for res, run in zip(train_pack(_runs(adult, specs, draws="shared"), ahead=True, graph=True), _runs(adult, specs, draws="shared")):
+        _assert_same(res, execute(run), rtol=1e-4)
+    draws = lagrangian.Lane.draws
+
+    def half_width(self, rows, valid, cut, n):
+        return draws(dataclasses.replace(self, width=self.width // 2), rows, valid, cut, n)
+
+    monkeypatch.setattr(lagrangian.Lane, "draws", half_width)
+    for res, run in zip(train_pack(_runs(adult, specs, draws="shared"), ahead=True, graph=True), _runs(adult, specs, draws="shared")):
+        _assert_same(res, execute(run), rtol=1e-4)  # every half-width batch flagged and drawn again exactly
+    monkeypatch.setattr(lagrangian.AheadSteps, "settle", lambda self, state: (setattr(self, "pending", False), state)[1])  # planted: no redo
+    with pytest.raises(AssertionError):
+        for res, run in zip(train_pack(_runs(adult, specs, draws="shared"), ahead=True, graph=True), _runs(adult, specs, draws="shared")):
+            _assert_same(res, execute(run), rtol=1e-4)
 
 
 def test_a_graphed_step_reads_nothing_back_and_copies_nothing_up(adult, monkeypatch):

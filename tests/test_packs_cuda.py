@@ -92,8 +92,8 @@ def test_the_host_path_on_cuda_still_equals_its_runs_alone(adult):
 
 def test_the_graphed_step_on_cuda_is_captured_and_equals_the_step_op_by_op(adult):
     """The default on CUDA replays the ahead step as a CUDA graph (docs/packs.md, "Graphed steps"): captured at the first
-    step, again for the live set left once configurations finish (MIXED: T = 40, 25, 33, 1), and computing what the
-    same step launched op by op computes."""
+    step, again for the live set left once configurations finish (MIXED: T = 40, 25, 33, 1), in lanes of similar batch
+    sizes, and computing what the same step launched op by op computes (up to the order of sums over padded slots)."""
     graphed = LagrangianEngine(_runs(adult, MIXED))
     assert graphed.ahead.graphed and graphed.ahead.capture
     first = []
@@ -101,10 +101,10 @@ def test_the_graphed_step_on_cuda_is_captured_and_equals_the_step_op_by_op(adult
         graphed.step()
         first.append(graphed.ahead.graph.graph is not None)
     graphed.settle()
-    assert all(first) and graphed.ahead.active is not None  # a graph over the live ones at the end
+    assert all(first) and graphed.ahead.active is not None and len(graphed.ahead.lanes) >= 1  # a graph over the live ones at the end
     plain = LagrangianEngine(_runs(adult, MIXED), graph=False)
     for _ in range(40):
         plain.step()
     plain.settle()
     for name in ("weight", "bias", "lam"):
-        torch.testing.assert_close(getattr(graphed.state, name), getattr(plain.state, name), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(getattr(graphed.state, name), getattr(plain.state, name), rtol=1e-4, atol=1e-5)

@@ -554,6 +554,57 @@ def ahead_update(state: PackState, data: PackData, s: PackSettings, rates: Compi
     return out, (cut[which] & live).any()
 
 
+LANE_RATIO = 2.0  # a graphed step's lanes: each lane's widest batch width at most this many times its narrowest
+MAX_LANES = 8  # and at most this many lanes (the ratio grows where the widths spread further)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Configurations of a stepped set whose batches are of similar size, stepped at their own width (a graphed step,
+    docs/packs.md, "Graphed steps": a lane adds operations, which a graph replays without the host)."""
+
+    index: torch.Tensor  # their positions in the stepped set
+    where: torch.Tensor  # their positions in the pack's state
+    settings: PackSettings  # theirs
+    batches: torch.Tensor  # their distinct batches' positions among the stepped set's
+    width: int  # the padded width of their widest batch
+    exact: ExactBatches  # their batches drawn exactly, for a stretch taken again
+
+    def draws(self, rows: torch.Tensor, valid: torch.Tensor, cut: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Their batches from the stepped set's (drawn at the pack's width, with its flags ``cut``), cut to this lane's
+        width, and whether each may reach past it: flagged at the pack's width, or its last slot here holds a row before
+        the last (the gaps had not yet passed the end)."""
+        rows, valid = rows.index_select(0, self.batches)[:, : self.width], valid.index_select(0, self.batches)[:, : self.width]
+        return rows, valid, cut.index_select(0, self.batches) | (rows[:, -1] < n - 1)
+
+
+def lanes_of(s: PackSettings, n: int, active: torch.Tensor | None) -> list[Lane]:
+    """The lanes of the stepped configurations ``s`` (``active``: their positions in the pack, None: all): their
+    distinct batches by padded width, a new lane wherever a width passes :data:`LANE_RATIO` times its lane's narrowest
+    (the ratio raised until there are at most :data:`MAX_LANES`). Read on the host, once per stepped set."""
+    distinct, which = s.batch_draws
+    rates = distinct[:, 1].view(torch.float64).tolist()
+    widths = [rng.poisson_width(n, n * q) if q < 1 else n for q in rates]
+    order = sorted(range(len(widths)), key=widths.__getitem__)
+    ratio = max(LANE_RATIO, (widths[order[-1]] / max(1, widths[order[0]])) ** (1 / MAX_LANES) * 1.000001)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and widths[i] <= ratio * widths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    which_host, device, lanes = which.tolist(), which.device, []
+    for group in groups:
+        members = set(group)
+        index = torch.tensor([k for k, b in enumerate(which_host) if b in members], dtype=torch.int64, device=device)
+        mine = torch.tensor(sorted(group), dtype=torch.int64, device=device)
+        mine_settings = take_rows(s, index)
+        mine_settings.switches, mine_settings.batch_list  # noqa: B018 - cached properties, computed here, never inside a step
+        lanes.append(Lane(index, index if active is None else active[index], mine_settings, mine, max(widths[i] for i in group),
+                          ExactBatches(distinct[mine, 0], distinct[mine, 1].view(torch.float64), n, s.source)))
+    return lanes
+
+
 class AheadSteps:
     """A pack's steps on a device, queued without waiting for the host (docs/packs.md, "The GPU path").
 
@@ -583,6 +634,7 @@ class AheadSteps:
         distinct = settings.batch_draws[0]
         self.width = FixedBatches(distinct[:, 0], distinct[:, 1].view(torch.float64), data.n, settings.source, max(self.T)).width
         self.graph: StepGraph | None = None
+        self.lanes: list[Lane] | None = None  # graphed: the stepped set in lanes of similar batch sizes (None: one pass at the pack's width)
         self._use(settings)
         self.cut = torch.zeros((), dtype=torch.bool, device=data.X.device)  # whether a batch since the last settle may have been cut
         self.pending = False  # steps were taken since the last settle
@@ -601,12 +653,38 @@ class AheadSteps:
         self.laplace = (DrawAhead(s.seeds, rng.LAPLACE, P * c, rng.laplace, s.source, last, ahead_steps(K, 2 * P * c))
                         if s.private and s.constrained else None)
         self.gaussian = DrawAhead(s.seeds, rng.GAUSSIAN, c * d + c, rng.normal, s.source, last, ahead_steps(K, c * d + c)) if s.private else None
+        self.lanes = lanes_of(s, self.data.n, self.index) if self.graphed else None  # a graph replays a lane's operations for free
+        if self.graph is not None:
+            self.graph.release()
         self.graph = StepGraph(self, self.capture) if self.graphed else None  # a new stepped set: a new graph
 
-    def _ahead_step(self, state: PackState, batches) -> tuple[PackState, torch.Tensor]:
+    def _ahead_step(self, state: PackState, exact: bool = False) -> tuple[PackState, torch.Tensor]:
+        """Step ``state.step + 1`` (``exact``: with the batches drawn exactly) and whether a batch may have been cut."""
+        if self.lanes is not None:
+            t = state.step + 1
+            out, cut = state, torch.zeros((), dtype=torch.bool, device=state.weight.device)
+            drawn = self.batches.at(t) if not exact else (None, None, None)
+            for where, new, lane_cut in self.lane_updates(state, t, drawn, self.laplace.at(t) if self.laplace is not None else None,
+                                                          self.gaussian.at(t) if self.gaussian is not None else None, exact):
+                out, cut = put_rows(out, where, new), cut | lane_cut
+            return out, cut
         part = take_rows(state, self.index) if self.active is not None else state
-        part, cut = ahead_step(part, self.data, self.stepped, self.rates, self.products, batches, self.laplace, self.gaussian)
+        part, cut = ahead_step(part, self.data, self.stepped, self.rates, self.products, self.exact if exact else self.batches, self.laplace,
+                               self.gaussian)
         return (put_rows(state, self.index, part) if self.active is not None else part), cut
+
+    def lane_updates(self, state: PackState, t: int | torch.Tensor, batches: tuple, laplace: torch.Tensor | None, gaussian: torch.Tensor | None,
+                     exact: bool = False):
+        """Each lane's step from ``state``, given the stepped set's draws of step ``t`` (``batches``: rows, valid, cut at
+        the pack's width; ``exact``: each lane draws its batches exactly at the host's step ``t`` instead): (its positions
+        in the state, its new part, whether one of its batches may have been cut). Lanes are disjoint: every part is read
+        from ``state`` as it was."""
+        for lane in self.lanes:
+            draws = lane.exact.at(t) if exact else lane.draws(*batches, self.data.n)
+            pick = lambda noise: noise.index_select(0, lane.index) if noise is not None else None  # noqa: E731
+            new, cut = ahead_update(take_rows(state, lane.where), self.data, lane.settings, self.rates, self.products, *draws, pick(laplace),
+                                    pick(gaussian), t)
+            yield lane.where, new, cut
 
     def step(self, state: PackState) -> PackState:
         t = state.step + 1
@@ -623,7 +701,7 @@ class AheadSteps:
             self.since, self.pending = (copied(state) if self.graph is not None else state), True
         if self.graph is not None:
             return self.graph.step(state)  # the cut flag or-ed in place, inside the step
-        state, cut = self._ahead_step(state, self.batches)
+        state, cut = self._ahead_step(state)
         self.cut.logical_or_(cut)
         return state
 
@@ -638,7 +716,7 @@ class AheadSteps:
         self.cut.zero_()  # in place: a graph or-s into this flag
         redo, end = self.since, state.step
         while redo.step < end:
-            redo, _ = self._ahead_step(redo, self.exact)
+            redo, _ = self._ahead_step(redo, exact=True)
         return redo
 
 

@@ -16,8 +16,11 @@ A graph replays fixed addresses, so what a step reads and writes lives in buffer
   into a buffer of the block's length; the graph reads step t's slice at an offset it advances itself;
 - the flag of a batch cut at the fixed width, or-ed in place (the one :class:`AheadSteps.settle` reads).
 
-Nothing about the numbers changes: the graph runs the same operations on the same values as the ahead step, and each
-configuration still ends as it does alone (tests/test_pack_graph.py, and on a device tests/test_packs_cuda.py).
+Since the graph's operations cost the host nothing, a graphed step takes its configurations in lanes of similar batch
+size, each at its own width (:class:`~raco_bench.methods.lagrangian.engine.Lane`), instead of one pass at the pack's
+widest: with one lane it runs the ahead step's operations on the same values (bit for bit the same numbers), with
+several it sums over fewer padded slots (the same to rounding). Each configuration still ends as it does alone
+(tests/test_pack_graph.py, and on a device tests/test_packs_cuda.py).
 Where no CUDA device is (``capture=False``), the same body runs eagerly on the same buffers: that is how the CPU
 tests check the buffers, the clock, the offsets and the copies.
 """
@@ -114,6 +117,12 @@ class StepGraph:
         laplace = next(noise) if o.laplace is not None else None
         gaussian = next(noise) if o.gaussian is not None else None
         whole = self.state
+        if o.lanes is not None:  # each lane at its own width, written back by index
+            for where, new, was_cut in list(o.lane_updates(whole, self.clock, (rows, valid, cut), laplace, gaussian)):
+                for f in TENSORS:
+                    getattr(whole, f).index_copy_(0, where, getattr(new, f))
+                o.cut.logical_or_(was_cut)
+            return
         part = whole if o.index is None else dataclasses.replace(whole, **{f: getattr(whole, f)[o.index] for f in TENSORS})
         new, was_cut = ahead_update(part, o.data, o.stepped, o.rates, o.products, rows, valid, cut, laplace, gaussian, self.clock)
         for f in TENSORS:
@@ -139,6 +148,13 @@ class StepGraph:
         for b, h in zip(self._mutable(), held):
             b.copy_(h)
         self.graph = graph
+        torch.cuda.empty_cache()  # the side stream's blocks and earlier graphs' pools, cached but unused: given back
+
+    def release(self) -> None:
+        """Drop the graph and its memory pool (a new stepped set has its own)."""
+        if self.graph is not None:
+            self.graph.reset()
+            self.graph = None
 
     def _mutable(self) -> list[torch.Tensor]:
         """The buffers a step changes."""
