@@ -117,7 +117,7 @@ def test_a_gamma_dependent_bar_is_taken_at_each_rows_gamma(tmp_path):
     1 − γ, so its accuracy is γ + (1 − 2γ)·π on a split whose positive share π is below ½ (computed here, not by the code)."""
     from raco_bench.data import load_dataset
 
-    part = read_part(ROOT / "results" / "heart-false-negative-rate" / "parts" / "a13140efdadb.json")  # RaCO-DP and SGDA at γ 0.3–0.6
+    part = read_part(ROOT / "results" / "heart-false-negative-rate" / "parts" / "f2face2dc430.json")  # RaCO-DP and SGDA at γ 0.3–0.6 (repeat 0)
     evidence, _ = health_evidence.measured(tmp_path, Study([part]).rows)
     y = np.asarray(load_dataset("heart", download=False).test.y)
     share = y.mean()
