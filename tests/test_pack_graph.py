@@ -59,10 +59,12 @@ def short_blocks(monkeypatch):
                          ids=["dp-gathered", "eo-indexed"])
 def test_a_graphed_pack_computes_exactly_what_the_ahead_step_computes(adult, constraint, products, short_blocks):
     """MIXED: batch sizes, noise, both dual rules, momentum, a box, T = 40, 25, 33, 1 (masked, then left out: a new
-    graph over the live ones, stepping them by index). Bit for bit the ahead pack, and so its runs alone."""
+    graph over the live ones, stepping them by index), in lanes: as the ahead pack and its runs alone. The same with one
+    batch size (one lane, at the pack's width): bit for bit the ahead pack."""
     pack = _graphed_equals_ahead(adult, MIXED, products, constraint=constraint)
     for res, run in zip(pack, _runs(adult, MIXED, constraint=constraint)):
         _assert_same(res, execute(run), rtol=1e-4)
+    _graphed_equals_ahead(adult, [(m, {**p, "batch_size": 512}, g, T, seed) for m, p, g, T, seed in MIXED], products, constraint=constraint)
 
 
 def test_graphed_packs_of_shared_batches_three_classes_and_every_method(adult, short_blocks):
@@ -95,14 +97,17 @@ def test_each_planted_fault_in_the_graph_breaks_the_equality(adult, short_blocks
         _graphed_equals_ahead(adult, MIXED)
 
 
-def test_a_cut_batch_is_drawn_again_from_a_copy_of_the_state_the_graph_overwrote(adult, monkeypatch):
+def test_a_cut_batch_is_drawn_again_from_a_copy_of_the_state_the_graph_overwrote(adult, monkeypatch, short_blocks):
     """A flagged batch makes the pack take the steps since its last settle again, with exact draws, from the state
     before them. With a width far below the batches' nearly every step is flagged, and the graphed pack still equals the
     ahead one and its runs alone. A graph overwrites its state in place at every step, so the state kept is a copy:
     with flags forced from step 7 on (the batches themselves whole), the steps 6-10 are taken again from the state
-    the evaluation at step 5 left, which keeping the graph's own buffers instead (planted) has overwritten by then."""
+    the evaluation at step 5 left, which keeping the graph's own buffers instead (planted) has overwritten by then.
+    Blocks of 4 steps, so a stretch taken again crosses blocks of draws; with the second configuration ending at step 6,
+    the stretches after it are taken again in the lanes of the live ones (stepped by index). (The plant needs one graph
+    throughout: a new live set's graph copies the state into buffers of its own.)"""
     narrow, at = FixedBatches.__init__, FixedBatches.at
-    specs = [(m, p, g, min(T, 12), seed) for m, p, g, T, seed in MIXED[:3]]
+    specs = [(m, p, g, T, seed) for (m, p, g, _, seed), T in zip(MIXED[:3], (12, 6, 12))]
     with monkeypatch.context() as m:
         m.setattr(FixedBatches, "__init__", lambda self, streams, rates, n, source, last_step, width=None, steps=1:
                   narrow(self, streams, rates, n, source, last_step, 64, steps))
@@ -118,9 +123,11 @@ def test_a_cut_batch_is_drawn_again_from_a_copy_of_the_state_the_graph_overwrote
 
     monkeypatch.setattr(FixedBatches, "at", flagged_from_step_7)
     _graphed_equals_ahead(adult, specs, eval_every=5)
+    same_set = [(m, p, g, 12, seed) for m, p, g, _, seed in specs]  # one graph throughout: a settle without a redo at step 5
+    _graphed_equals_ahead(adult, same_set, eval_every=5)
     monkeypatch.setattr(lagrangian, "copied", lambda state: state)  # planted: the kept state is the graph's buffers
     with pytest.raises(AssertionError):
-        _graphed_equals_ahead(adult, specs, eval_every=5)
+        _graphed_equals_ahead(adult, same_set, eval_every=5)
 
 
 def test_a_graphed_pack_resumed_from_a_checkpoint_ends_as_one_never_stopped(adult, short_blocks, monkeypatch):

@@ -96,12 +96,14 @@ def test_the_graphed_step_on_cuda_is_captured_and_equals_the_step_op_by_op(adult
     sizes, and computing what the same step launched op by op computes (up to the order of sums over padded slots)."""
     graphed = LagrangianEngine(_runs(adult, MIXED))
     assert graphed.ahead.graphed and graphed.ahead.capture
-    first = []
+    first, lanes = [], []
     for _ in range(40):
         graphed.step()
         first.append(graphed.ahead.graph.graph is not None)
+        lanes.append(len(graphed.ahead.lanes))
     graphed.settle()
-    assert all(first) and graphed.ahead.active is not None and len(graphed.ahead.lanes) >= 1  # a graph over the live ones at the end
+    assert all(first) and graphed.ahead.active is not None  # a graph over the live ones at the end
+    assert lanes[0] >= 2 and lanes[-1] == 1  # B = 256 and 512 in one lane, 1,024 and 2,048 in another; at the end one configuration
     plain = LagrangianEngine(_runs(adult, MIXED), graph=False)
     for _ in range(40):
         plain.step()

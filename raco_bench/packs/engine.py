@@ -56,6 +56,9 @@ class Engine:
         """Called before the driver reads the state (an evaluation, a checkpoint, the end): an engine that runs ahead
         completes what it deferred. Nothing to do by default."""
 
+    def close(self) -> None:
+        """Called once the pack's results are read: release what the engine holds on its device. Nothing by default."""
+
     def report(self, k: int) -> dict:
         return {}
 

@@ -146,7 +146,9 @@ def train_pack(runs: list[Run], progress: Callable[[int, dict], None] | None = N
         queued.restart()
     engine.settle()
     queued.flush(step_time)
-    return [rec.result(snapshot(engine.params(k)), float(step_time[k]), float(eval_time[k])) for k, rec in enumerate(recorders)]
+    results = [rec.result(snapshot(engine.params(k)), float(step_time[k]), float(eval_time[k])) for k, rec in enumerate(recorders)]
+    engine.close()
+    return results
 
 
 class _Queued:

@@ -659,19 +659,27 @@ class AheadSteps:
         self.graph = StepGraph(self, self.capture) if self.graphed else None  # a new stepped set: a new graph
 
     def _ahead_step(self, state: PackState, exact: bool = False) -> tuple[PackState, torch.Tensor]:
-        """Step ``state.step + 1`` (``exact``: with the batches drawn exactly) and whether a batch may have been cut."""
+        """Step ``state.step + 1`` (``exact``: with the batches drawn exactly) and whether a batch may have been cut. A
+        graphed step's graph takes its steps; here it takes only a flagged stretch again, lane by lane, exactly."""
         if self.lanes is not None:
+            assert exact, "a graphed pack's steps are its graph's (StepGraph.step)"
             t = state.step + 1
             out, cut = state, torch.zeros((), dtype=torch.bool, device=state.weight.device)
-            drawn = self.batches.at(t) if not exact else (None, None, None)
-            for where, new, lane_cut in self.lane_updates(state, t, drawn, self.laplace.at(t) if self.laplace is not None else None,
-                                                          self.gaussian.at(t) if self.gaussian is not None else None, exact):
+            for where, new, lane_cut in self.lane_updates(state, t, (), self.laplace.at(t) if self.laplace is not None else None,
+                                                          self.gaussian.at(t) if self.gaussian is not None else None, exact=True):
                 out, cut = put_rows(out, where, new), cut | lane_cut
             return out, cut
         part = take_rows(state, self.index) if self.active is not None else state
         part, cut = ahead_step(part, self.data, self.stepped, self.rates, self.products, self.exact if exact else self.batches, self.laplace,
                                self.gaussian)
         return (put_rows(state, self.index, part) if self.active is not None else part), cut
+
+    def close(self) -> None:
+        """A finished pack: its graph released and the loop between the graph and these steps cut, so what they hold on
+        the device is freed when the engine is (not at the next garbage collection)."""
+        if self.graph is not None:
+            self.graph.release()
+            self.graph = None
 
     def lane_updates(self, state: PackState, t: int | torch.Tensor, batches: tuple, laplace: torch.Tensor | None, gaussian: torch.Tensor | None,
                      exact: bool = False):
@@ -784,6 +792,8 @@ class LagrangianEngine(Engine):
         self.method, self.data = first.method, PackData.of(first.ctx.plan.data, ahead=ahead)
         self.rates = first.ctx.rates if first.method.constrained else None
         self.products = products or rows_for(dev)
+        if graph and not self.data.ahead:
+            raise ValueError("graph=True replays the step a device runs ahead on: ask for it too (ahead=True), or train on CUDA")
         self.ahead = AheadSteps(self.settings, self.data, self.rates, self.products, graph) if self.data.ahead else None
         self._host: PackState | None = None  # the state on the host as of its step (ahead: read at settle)
 
@@ -792,6 +802,10 @@ class LagrangianEngine(Engine):
             self.state = self.ahead.step(self.state)
         else:
             self.state = pack_step(self.state, self.data, self.settings, self.rates, self.products)
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
 
     def settle(self) -> None:
         """Before anything of the state is read (ahead: the flags of cut batches, then the state on the host in one

@@ -106,8 +106,6 @@ class StepGraph:
 
     def _body(self) -> None:
         """One step on the buffers: what the graph records."""
-        from raco_bench.methods.lagrangian.engine import ahead_update
-
         o = self.owner
         self.clock.add_(1)
         self.offset.add_(1)
@@ -117,20 +115,10 @@ class StepGraph:
         laplace = next(noise) if o.laplace is not None else None
         gaussian = next(noise) if o.gaussian is not None else None
         whole = self.state
-        if o.lanes is not None:  # each lane at its own width, written back by index
-            for where, new, was_cut in list(o.lane_updates(whole, self.clock, (rows, valid, cut), laplace, gaussian)):
-                for f in TENSORS:
-                    getattr(whole, f).index_copy_(0, where, getattr(new, f))
-                o.cut.logical_or_(was_cut)
-            return
-        part = whole if o.index is None else dataclasses.replace(whole, **{f: getattr(whole, f)[o.index] for f in TENSORS})
-        new, was_cut = ahead_update(part, o.data, o.stepped, o.rates, o.products, rows, valid, cut, laplace, gaussian, self.clock)
-        for f in TENSORS:
-            if o.index is None:
-                getattr(whole, f).copy_(getattr(new, f))
-            else:
-                getattr(whole, f).index_copy_(0, o.index, getattr(new, f))
-        o.cut.logical_or_(was_cut)
+        for where, new, was_cut in list(o.lane_updates(whole, self.clock, (rows, valid, cut), laplace, gaussian)):
+            for f in TENSORS:  # each lane at its own width, written back by index
+                getattr(whole, f).index_copy_(0, where, getattr(new, f))
+            o.cut.logical_or_(was_cut)
 
     def _capture(self) -> None:
         """Record :meth:`_body` as a graph: run once on a side stream first (lazy initialisations happen outside the
@@ -151,10 +139,12 @@ class StepGraph:
         torch.cuda.empty_cache()  # the side stream's blocks and earlier graphs' pools, cached but unused: given back
 
     def release(self) -> None:
-        """Drop the graph and its memory pool (a new stepped set has its own)."""
+        """Drop the graph, its memory pool and its buffers of draws (a new stepped set has its own; a finished pack none).
+        The state's buffers stay with whoever holds the last state returned."""
         if self.graph is not None:
             self.graph.reset()
             self.graph = None
+        self.buffers, self.seen, self.state = [None] * len(self.sources), [None] * len(self.sources), None
 
     def _mutable(self) -> list[torch.Tensor]:
         """The buffers a step changes."""
