@@ -125,7 +125,7 @@ def test_a_cut_batch_is_drawn_again_from_a_copy_of_the_state_the_graph_overwrote
     _graphed_equals_ahead(adult, specs, eval_every=5)
     same_set = [(m, p, g, 12, seed) for m, p, g, _, seed in specs]  # one graph throughout: a settle without a redo at step 5
     _graphed_equals_ahead(adult, same_set, eval_every=5)
-    monkeypatch.setattr(lagrangian, "copied", lambda state: state)  # planted: the kept state is the graph's buffers
+    monkeypatch.setattr(lagrangian, "cloned", lambda state: state)  # planted: the kept state is the graph's buffers
     with pytest.raises(AssertionError):
         _graphed_equals_ahead(adult, same_set, eval_every=5)
 

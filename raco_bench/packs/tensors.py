@@ -1,5 +1,5 @@
 """What every batched engine (docs/packs.md) does with K configurations' tensors: restrict a pack's settings or state to
-some configurations and put them back, group configurations into chunks of similar batch size, a fast softmax."""
+some configurations and put them back, copy them, group configurations into chunks of similar batch size, a fast softmax."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ def take_rows(pack, index: torch.Tensor):
     (leading dimension K) indexed, every other field (flags, the step count) kept."""
     fields = {f.name: getattr(pack, f.name) for f in dataclasses.fields(pack)}
     return type(pack)(**{k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+
+
+def tensor_fields(pack) -> list[str]:
+    """The names of a pack's settings or state fields that hold tensors (leading dimension K), in field order."""
+    return [f.name for f in dataclasses.fields(pack) if isinstance(getattr(pack, f.name), torch.Tensor)]
+
+
+def cloned(pack):
+    """A pack's settings or state with every tensor field copied (a state kept while the original is updated in place)."""
+    return dataclasses.replace(pack, **{name: getattr(pack, name).clone() for name in tensor_fields(pack)})
 
 
 def put_rows(whole, index: torch.Tensor, part):

@@ -26,12 +26,12 @@ import torch
 from raco_bench.constraints.problem import CompiledRates
 from raco_bench.data.tensors import TrainData
 from raco_bench.methods.lagrangian import fused
-from raco_bench.methods.lagrangian.graphed import StepGraph, copied
+from raco_bench.methods.lagrangian.graphed import StepGraph
 from raco_bench.methods.lagrangian.step import lagrangian_report
 from raco_bench.packs.draws import BatchesAhead, DrawAhead, FixedBatches, ahead_steps, distinct_batches
 from raco_bench.packs.engine import INF, Engine, vector
 from raco_bench.packs.rows import GatheredRows, RowProducts, SharedRows, rows_for
-from raco_bench.packs.tensors import batch_groups, chunk_budget, chunks, padded_groups, put_rows, softmax, take_rows
+from raco_bench.packs.tensors import batch_groups, chunk_budget, chunks, cloned, padded_groups, put_rows, softmax, take_rows
 from raco_bench.privacy import clip_noise
 from raco_bench.privacy import counter_rng as rng
 
@@ -584,7 +584,7 @@ def lanes_of(s: PackSettings, n: int, active: torch.Tensor | None) -> list[Lane]
     (the ratio raised until there are at most :data:`MAX_LANES`). Read on the host, once per stepped set."""
     distinct, which = s.batch_draws
     rates = distinct[:, 1].view(torch.float64).tolist()
-    widths = [rng.poisson_width(n, n * q) if q < 1 else n for q in rates]
+    widths = [rng.poisson_width(n, n * q) for q in rates]  # n where q = 1 (the width is at most n)
     order = sorted(range(len(widths)), key=widths.__getitem__)
     ratio = max(LANE_RATIO, (widths[order[-1]] / max(1, widths[order[0]])) ** (1 / MAX_LANES) * 1.000001)
     groups: list[list[int]] = []
@@ -706,7 +706,7 @@ class AheadSteps:
             self.index = torch.tensor(self.active, device=state.weight.device)
             self._use(take_rows(self.settings, self.index))
         if not self.pending:  # a graph's state is its buffers, which the next step overwrites: the state kept is a copy
-            self.since, self.pending = (copied(state) if self.graph is not None else state), True
+            self.since, self.pending = (cloned(state) if self.graph is not None else state), True
         if self.graph is not None:
             return self.graph.step(state)  # the cut flag or-ed in place, inside the step
         state, cut = self._ahead_step(state)

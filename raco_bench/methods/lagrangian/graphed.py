@@ -32,13 +32,7 @@ import dataclasses
 import torch
 
 from raco_bench.packs.draws import DrawAhead, FixedBatches
-
-TENSORS = ("weight", "bias", "lam", "velocity", "estimates")  # PackState's tensor fields, in order
-
-
-def copied(state):
-    """A copy of a state whose tensors a graph overwrites at its next step."""
-    return dataclasses.replace(state, **{f: getattr(state, f).clone() for f in TENSORS})
+from raco_bench.packs.tensors import tensor_fields
 
 
 class StepGraph:
@@ -55,6 +49,7 @@ class StepGraph:
         self.offset = torch.zeros(len(self.sources), dtype=torch.int64, device=device)  # step t's slot in each block, less one
         self.clock = torch.zeros((), dtype=torch.int64, device=device)  # the steps taken, advanced by the graph
         self.state = None  # the state's buffers (a PackState), made at the first step
+        self.fields: list[str] = []  # the state's tensor fields (packs.tensors.tensor_fields), read at the first step
         self.last = -1  # the step the buffers hold (the state, the clock and the offsets), -1: none yet
         self.graph: torch.cuda.CUDAGraph | None = None
 
@@ -68,7 +63,7 @@ class StepGraph:
             if block is not self.seen[j]:
                 self._load(j, block)
                 self.offset[j].fill_(t - source.first - 1)
-        if self.state is None or self.last != state.step or any(getattr(state, f) is not getattr(self.state, f) for f in TENSORS):
+        if self.state is None or self.last != state.step or any(getattr(state, f) is not getattr(self.state, f) for f in self.fields):
             self._hold(state)
         if self.capture and self.graph is None:
             self._capture()
@@ -92,8 +87,9 @@ class StepGraph:
     def _hold(self, state) -> None:
         """Put ``state`` (a restored checkpoint, a settle's steps taken again, or the first) into the buffers."""
         if self.state is None:
-            self.state = dataclasses.replace(state, **{f: torch.empty_like(getattr(state, f)) for f in TENSORS})
-        for f in TENSORS:
+            self.fields = tensor_fields(state)
+            self.state = dataclasses.replace(state, **{f: torch.empty_like(getattr(state, f)) for f in self.fields})
+        for f in self.fields:
             getattr(self.state, f).copy_(getattr(state, f))
         self.clock.fill_(state.step)
         for j, source in enumerate(self.sources):
@@ -116,7 +112,7 @@ class StepGraph:
         gaussian = next(noise) if o.gaussian is not None else None
         whole = self.state
         for where, new, was_cut in list(o.lane_updates(whole, self.clock, (rows, valid, cut), laplace, gaussian)):
-            for f in TENSORS:  # each lane at its own width, written back by index
+            for f in self.fields:  # each lane at its own width, written back by index
                 getattr(whole, f).index_copy_(0, where, getattr(new, f))
             o.cut.logical_or_(was_cut)
 
@@ -148,4 +144,4 @@ class StepGraph:
 
     def _mutable(self) -> list[torch.Tensor]:
         """The buffers a step changes."""
-        return [getattr(self.state, f) for f in TENSORS] + [self.clock, self.offset, self.owner.cut]
+        return [getattr(self.state, f) for f in self.fields] + [self.clock, self.offset, self.owner.cut]
