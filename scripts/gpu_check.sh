@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check of docs/packs.md, "The GPU path" and "Graphed steps": the CUDA tests, a profile of the pack step (kernel
 # launches and host synchronisations per step, GPU busy time against wall time: the ahead step replayed as a CUDA graph
-# (in lanes of similar batch sizes), the same step launched op by op, and the host path, at 1,024 configurations of B = 1,024; the graphed step on the
-# benchmark's mix at 4,096), then the benchmark's mix trained as one pack with and without the graph, side by side, at
-# 1,024 and 4,096 configurations (configurations/hour, the device's peak memory beside the memory model's).
-# About 5.5 minutes on one H200 (8 at most: the steps' time limits); everything it prints goes to $OUT (gpu_check.log,
-# summary.md).
+# in lanes of similar batch sizes, the same step launched op by op, and the host path, at 1,024 configurations of
+# B = 1,024; the graphed step on the benchmark's mix at 4,096), then the benchmark's mix trained as one pack with and
+# without the graph, side by side, at 1,024 and 4,096 configurations (configurations/hour, the device's peak and
+# reserved memory beside the memory model's, and the configuration that differs most trained alone). 299 s and 286 s on
+# one H200 before that run alone was added (8 minutes at most: the steps' time limits); everything it prints goes to
+# $OUT (gpu_check.log, summary.md).
 #
 # 1. Here, where the suite is installed (CPU, Ray, dp-accounting), once:
 #      scripts/gpu_check.sh --prepare
