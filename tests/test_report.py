@@ -419,3 +419,40 @@ def test_method_colours_stay_distinct_for_colour_blind_readers():
         for i in range(len(names)):
             for j in range(i + 1, len(names)):
                 assert np.linalg.norm(points[i] - points[j]) >= 10, f"{names[i]} and {names[j]} look alike under {kind}"
+
+
+def test_values_at_the_edge_are_set_apart_so_that_none_covers_another(tmp_path):
+    """Clean-clone CI of 16fdea8: a smoke sweep's worst-group-loss figure drew two selected points far to the right at
+    nearly one height, and wrote their values ('▶ 7', '▶ 1.2') over each other. Values at the right edge are moved up or
+    down, values at the top sideways, until none covers another text; the figure passes the overlap check."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from raco_bench.report.edge_labels import ALONG_X, ALONG_Y, edge_label, set_apart
+    from raco_bench.report.figures import tradeoff_figure
+    from raco_bench.report.overlap import overlapping_texts
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    for text, y in (("▶ 7", 0.5), ("▶ 1.2", 0.505), ("▶ 3", 0.51)):
+        edge_label(ax, text, (1.0, y), (-2, 6), "right", "black", ALONG_Y)
+    for text, x in (("0.45", 0.3), ("0.61", 0.305)):
+        edge_label(ax, text, (x, 1.0), (0, -9), "center", "black", ALONG_X)
+    assert len(overlapping_texts(fig)) == 4  # as drawn: each row's labels cover each other
+    assert set_apart(fig) == 3 and overlapping_texts(fig) == []
+    plt.close(fig)
+
+    rows = [{"method": m, "epsilon": 1.0, "gamma": g, "config_id": i, "phase": 2, "test_max_constraint": x, "test_max_constraint_sd": 0.01,
+             "test_error": 0.2 + 0.01 * i, "test_error_sd": 0.001}
+            for i, (m, g, x) in enumerate([("raco-dp", 0.05, 0.30), ("raco-dp", 0.1, 0.32), ("dp-fermi", 0.05, 0.31), ("dp-fermi", 0.1, 0.35),
+                                           ("sgda", 0.05, 0.33)])]
+    rows += [{**rows[0], "method": "raco-dp", "config_id": 7, "test_max_constraint": 7.0, "test_error": 0.24},
+             {**rows[0], "method": "dp-fermi", "config_id": 8, "test_max_constraint": 1.2, "test_error": 0.2405}]
+    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi", "sgda"], "privacy_notion": ["record-level add/remove DP"] * 3, "delta": [1e-5] * 3,
+                       "checkpoint": ["last"] * 3, "outside_budget": ["none"] * 3, "style": ["#0072B2,o", "#D55E00,s", "#000000,^"]})
+    fig = drawn_figure(lambda: tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "loss",
+                                               "error", "t"))
+    edge = sorted(t.get_text() for t in fig.axes[0].texts if t.get_gid() == ALONG_Y)
+    assert edge == ["▶ 1.2", "▶ 7"] and overlapping_texts(fig) == []
+    plt.close(fig)

@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from raco_bench.report.dodge import dodge  # noqa: E402
+from raco_bench.report.edge_labels import ALONG_X, ALONG_Y, edge_label, set_apart  # noqa: E402
 from raco_bench.report.marks import CAPPED_LABEL, capped_cap, capped_handle, ring  # noqa: E402
 from raco_bench.report.overlap import SELECTED, warn_marker_overlaps, warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
@@ -164,7 +165,7 @@ def mark_clipped(ax, xs, ys, cap: float, color: str, label_values: bool, top: fl
     for x, y in zip(xs[over], ys[over]):
         ax.scatter([x], [top], marker="^", s=30 if label_values else 10, color=color, alpha=0.9 if label_values else 0.3, clip_on=False, zorder=5)
         if label_values:
-            ax.annotate(f"{y:.2f}", (x, top), textcoords="offset points", xytext=(0, -9), ha="center", fontsize=6, color=color)
+            edge_label(ax, f"{y:.2f}", (x, top), (0, -9), "center", color, ALONG_X)
 
 
 def suptitle(fig, title: str) -> None:
@@ -204,7 +205,9 @@ def below_axes(fig, bottom_axes, xlabel: str, handles: list, labels: list, ncol:
 
 def save(fig, out: Path, stem: str) -> list[Path]:
     """Write the figure as PDF and PNG, after checking it for overlapping text and for selected points hidden under
-    others (a :class:`LayoutWarning` names the pairs)."""
+    others (a :class:`LayoutWarning` names the pairs); values written at an axis's edge are first set apart
+    (:func:`raco_bench.report.edge_labels.set_apart`)."""
+    set_apart(fig)
     warn_overlaps(fig, f"{out.name}/{stem}")
     warn_marker_overlaps(fig, f"{out.name}/{stem}")
     paths = [out / f"{stem}.pdf", out / f"{stem}.png"]
@@ -379,7 +382,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
                 if r[y] > yhigh:
                     mark_clipped(ax, [r["_x"]], [r[y]], yhigh, color, True, yhigh)
                 if r[x] > xhigh:
-                    ax.annotate(f"▶ {r[x]:.2g}", (xhigh, r["_y"]), textcoords="offset points", xytext=(-2, 6), ha="right", fontsize=6, color=color)
+                    edge_label(ax, f"▶ {r[x]:.2g}", (xhigh, r["_y"]), (-2, 6), "right", color, ALONG_Y)
         for (method, note), rows in (ref.groupby(["method", "notion"]) if len(ref) else []):
             rx, ry = (np.asarray(v, dtype=float) for v in reference_xy(rows))
             ax.scatter(rx, ry, marker="*", s=50, facecolor="none", edgecolor=style(method)[0], linewidths=1.0,

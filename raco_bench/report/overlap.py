@@ -56,13 +56,14 @@ def overlapping_texts(fig, tolerance_px: float = TOLERANCE_PX) -> list[tuple[str
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in visible_texts(fig)]
-    found = []
-    for (a, box_a), (b, box_b) in combinations(boxes, 2):
-        dx = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
-        dy = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-        if dx > tolerance_px and dy > tolerance_px:
-            found.append((a, b))
-    return found
+    return [(a, b) for (a, box_a), (b, box_b) in combinations(boxes, 2) if boxes_overlap(box_a, box_b, tolerance_px)]
+
+
+def boxes_overlap(box_a, box_b, tolerance_px: float = TOLERANCE_PX) -> bool:
+    """Whether two boxes on the canvas share more than ``tolerance_px`` pixels in both directions."""
+    dx = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+    dy = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+    return dx > tolerance_px and dy > tolerance_px
 
 
 def _warn(pairs: list[tuple[str, str]], name: str, what: str) -> list[tuple[str, str]]:
