@@ -138,7 +138,7 @@ class FixedBatches:
         rng.check_steps(last_step, source)
         qmax = float(host.max())
         self.streams, self.n, self.source, self.last_step, self.steps = streams, n, source, last_step, steps
-        self.width = width or (rng.poisson_width(n, n * qmax) if qmax < 1 else n)
+        self.width = width or rng.poisson_width(n, n * qmax)  # n where q = 1
         self.log1mq = torch.log1p(-rates.clamp(max=1.0 - 1e-16))[:, None, None]
         self.full = (rates == 1.0)[:, None, None]
         self.first, self.block = 0, None

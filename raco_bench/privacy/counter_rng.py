@@ -393,7 +393,7 @@ def poisson_rows(keys: torch.Tensor, n: int, q: torch.Tensor) -> tuple[torch.Ten
     log1mq = torch.log1p(-q.clamp(max=1.0 - 1e-16))[:, None]
     full = (q == 1.0)[:, None]
     qmax = float(q.max())
-    m = poisson_width(n, n * qmax) if qmax < 1 else n
+    m = poisson_width(n, n * qmax)  # n where q = 1
     start, position = 0, torch.full((keys.shape[0], 1), -1, dtype=torch.int64, device=keys.device)
     chunks = []
     while True:
