@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from raco_bench.report.cell_tables import if_loadable, rows_for
 from raco_bench.training.health import constant_accuracy
 
 EVIDENCE_FILE = "health_evidence.csv"  # beside a study's parts: per γ as trained, what the health rules read of the dataset
@@ -54,12 +55,7 @@ def measure(dataset: str, constraint: str, gammas, schema: str | None = None, da
 
 def read(folder: Path, dataset: str, constraint: str) -> pd.DataFrame | None:
     """``folder``'s evidence for this dataset and constraint, or None."""
-    path = folder / EVIDENCE_FILE
-    if not path.is_file():
-        return None
-    table = pd.read_csv(path)
-    table = table[(table["dataset"] == dataset) & (table["constraint"] == constraint)]
-    return table if not table.empty else None
+    return rows_for(folder / EVIDENCE_FILE, dataset, constraint)
 
 
 def measured(folder: Path, rows: pd.DataFrame, schema: str | None = None, data: str | None = None,
@@ -76,12 +72,8 @@ def measured(folder: Path, rows: pd.DataFrame, schema: str | None = None, data: 
     needed = set(trained_gamma(lacking)) - (set(have["gamma"].astype(float)) if have is not None else set())
     if not needed:
         return have, []
-    from raco_bench.data import SchemaError
-    from raco_bench.data.files import MissingDataError
-
-    try:
-        new = measure(dataset, constraint, needed, schema, data, spec)
-    except (MissingDataError, SchemaError):
+    new = if_loadable(lambda: measure(dataset, constraint, needed, schema, data, spec))
+    if new is None:
         return have, []
     path = folder / EVIDENCE_FILE
     kept = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=list(COLUMNS))

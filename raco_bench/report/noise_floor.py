@@ -29,6 +29,7 @@ import torch
 
 from raco_bench.constraints.families import Task, family
 from raco_bench.constraints.problem import RateProblem
+from raco_bench.report.cell_tables import if_loadable, rows_for
 from raco_bench.training.evaluation import EvalSplit, evaluate_logits
 
 NOISE_FLOOR = "noise_floor.csv"  # beside a study's parts: the floor of its dataset and constraint
@@ -88,12 +89,7 @@ def write_noise_floor(folder: Path, dataset: str, constraint: str, schema: str |
 
 def read_noise_floor(folder: Path, dataset: str, constraint: str) -> pd.DataFrame | None:
     """The page's floor when it was measured for this dataset and constraint, else None."""
-    path = folder / NOISE_FLOOR
-    if not path.is_file():
-        return None
-    floor = pd.read_csv(path)
-    floor = floor[(floor["dataset"] == dataset) & (floor["constraint"] == constraint)]
-    return floor if not floor.empty else None
+    return rows_for(folder / NOISE_FLOOR, dataset, constraint)
 
 
 def validation_floor(floor: pd.DataFrame | None) -> float:
@@ -110,11 +106,7 @@ def measured_noise_floor(folder: Path, dataset: str, constraint: str, schema: st
     floor = read_noise_floor(folder, dataset, constraint)
     if floor is not None:
         return floor, []
-    from raco_bench.data import SchemaError
-    from raco_bench.data.files import MissingDataError
-
-    try:
-        path = write_noise_floor(folder, dataset, constraint, schema, data, spec)
-    except (MissingDataError, SchemaError):
+    path = if_loadable(lambda: write_noise_floor(folder, dataset, constraint, schema, data, spec))
+    if path is None:
         return None, []
     return read_noise_floor(folder, dataset, constraint), [path]
