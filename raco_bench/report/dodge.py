@@ -16,6 +16,11 @@ GAP_PX = 1.5  # clearance between two markers' discs, in pixels
 TRIES = 12  # sideways places tried per point: ±1 … ±6 steps
 
 
+def nearest_first(tries: int = TRIES) -> list[int]:
+    """Offsets in steps, nearest first: 0, +1, −1, +2, −2, … ±tries/2 (the places a point or a label is tried at)."""
+    return [0] + [s * m for m in range(1, tries // 2 + 1) for s in (1, -1)]
+
+
 def dodge(ax, xs, ys, radii_pt) -> tuple[np.ndarray, int]:
     """``xs`` moved sideways so that no marker (centre (x, y), radius in points) of ``ax`` hides another, given its current
     limits; the number of points moved. Points with a non-finite coordinate are left as they are."""
@@ -30,7 +35,7 @@ def dodge(ax, xs, ys, radii_pt) -> tuple[np.ndarray, int]:
     placed: list[int] = []
     moved = 0
     for i in sorted(np.flatnonzero(ok), key=lambda i: (px[i, 0], px[i, 1])):
-        for k in [0] + [s * m for m in range(1, TRIES // 2 + 1) for s in (1, -1)]:
+        for k in nearest_first():
             cx = px[i, 0] + k * step
             if all(np.hypot(cx - px[j, 0], px[i, 1] - px[j, 1]) >= max(r[i], r[j]) + GAP_PX for j in placed):
                 moved += k != 0

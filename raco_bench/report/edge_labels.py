@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from matplotlib.text import Annotation
 
+from raco_bench.report.dodge import nearest_first
 from raco_bench.report.overlap import TOLERANCE_PX, boxes_overlap, visible_texts
 
 ALONG_Y = "edge-label-right"  # gid of a value at the right edge: moved up or down
 ALONG_X = "edge-label-top"  # gid of a value at the top edge: moved sideways
 GAP_PX = 1.0 + TOLERANCE_PX
-TRIES = 12  # offsets 0, +1, −1, … +6, −6 label sizes
 
 
 def edge_label(ax, text: str, xy: tuple[float, float], offset_pt: tuple[float, float], ha: str, color: str, along: str) -> Annotation:
@@ -28,7 +28,7 @@ def edge_label(ax, text: str, xy: tuple[float, float], offset_pt: tuple[float, f
 
 def set_apart(fig) -> int:
     """Move each edge label of ``fig`` along its edge until it covers no other text (:func:`edge_label`); the number
-    moved. A label with no free place within :data:`TRIES` steps is left where it was (the overlap check reports it)."""
+    moved. A label with no free place within :data:`~raco_bench.report.dodge.TRIES` steps is left where it was (the overlap check reports it)."""
     labels = [t for ax in fig.axes for t in ax.texts if t.get_gid() in (ALONG_X, ALONG_Y) and t.get_visible()]
     if not labels:
         return 0
@@ -43,7 +43,7 @@ def set_apart(fig) -> int:
         box = label.get_window_extent(renderer)
         vertical = label.get_gid() == ALONG_Y
         step = ((box.height if vertical else box.width) + GAP_PX) * pt_per_px
-        for k in [0] + [s * m for m in range(1, TRIES // 2 + 1) for s in (1, -1)]:
+        for k in nearest_first():  # 0, +1, −1, … ±6 label sizes
             label.xyann = (start[0], start[1] + k * step) if vertical else (start[0] + k * step, start[1])
             box = label.get_window_extent(renderer)
             if not any(boxes_overlap(box, other) for other in taken):
