@@ -360,3 +360,26 @@ def test_a_spec_equal_to_a_builtin_family_gives_its_constraint_values(name, one_
         soft = [p.compile(dtype=torch.float64) for p in problems]
         np.testing.assert_allclose(soft[1].values(soft[1].histogram(probs, parts)).numpy(), soft[0].values(soft[0].histogram(probs, parts)).numpy(),
                                    rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("task", [BINARY, THREE], ids=["binary", "three-class"])
+def test_a_registered_familys_value_range_holds_every_predictors_constraint_value(task):
+    """``Family.value_range`` is what a report clips intervals to (raco_bench/report/ranges.py), so it must hold the
+    largest constraint value (eq. 6) of every predictor: random hard and soft predictions on every part, and the extreme
+    ones (each part predicted one class). Demographic parity's and equalized odds' lower end 0 is reached by a constant
+    predictor, their upper end 1 by one that predicts a class on one group only."""
+    rng = np.random.default_rng(5)
+    for fam in FAMILIES.values():
+        assert fam.value_range is not None, f"{fam.name} declares no value range"
+        low, high = fam.value_range
+        problem = fam.problem(task, 0.0).compile(dtype=torch.float64)
+        P, c = problem.n_parts, problem.n_classes
+        sizes = rng.integers(1, 50, (400, P, 1))
+        soft = rng.dirichlet(np.full(c, 0.3), (400, P)) * sizes
+        hard = np.eye(c)[rng.integers(0, c, (400, P))] * sizes
+        values = problem.values(torch.as_tensor(np.concatenate([soft, hard]))).max(-1).values
+        assert float(values.min()) >= low - 1e-12 and float(values.max()) <= high + 1e-12, fam.name
+        if fam.notion is not None:
+            constant = problem.values(torch.as_tensor(np.broadcast_to(np.eye(c)[0], (P, c)).copy())).max()
+            assert float(constant) == pytest.approx(low)
+            assert float(values.max()) == pytest.approx(high)

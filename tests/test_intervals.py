@@ -19,9 +19,11 @@ from raco_bench.report.intervals import (
     paired_difference,
     paired_share_difference,
     share_interval,
+    t_interval,
     verdict,
     wilson,
 )
+from raco_bench.report.ranges import UNIT, difference
 
 R, S, TRIALS = 5, 20, 2000  # five repeats of twenty seeds, as a study cell; 2,000 simulated cells (±0.01 on a coverage)
 
@@ -109,3 +111,31 @@ def test_a_paired_share_difference_is_never_a_point_and_covers():
         iv = paired_share_difference(a, b)
         covered += iv.low <= 0.2 <= iv.high
     assert covered / TRIALS >= 0.93, covered / TRIALS
+
+
+def test_an_interval_of_a_bounded_quantity_stays_in_its_range_and_keeps_its_coverage_and_verdicts():
+    """Parkinsons' page (DP-FERMI at ε = 1, γ = 0.005): two repeats with a model, one a constant predictor at 0.50, one a
+    model at 0.08, gave a test error of 0.29 [−2.38, 2.96] and a figure whose axis ran to −2.5. The mean of values in
+    [0, 1] is in [0, 1], so the interval clipped to it covers exactly when the unclipped one does, and a difference
+    clipped to [−1, 1] keeps its verdict. Clipping to anything narrower than the range (the values seen, say) loses
+    coverage: measured here on skewed bounded cells of two and three repeats."""
+    two = t_interval([0.50, 0.08], within=UNIT)
+    plain = t_interval([0.50, 0.08])
+    assert plain.low < -2.3 and plain.high > 2.9  # as the page printed it
+    assert (two.low, two.high) == (0.0, 1.0) and two.estimate == pytest.approx(0.29) and two.n == 2
+    assert t_interval([0.2, 0.21, 0.19], within=UNIT) == t_interval([0.2, 0.21, 0.19])  # inside its range: unchanged
+    rng = np.random.default_rng(11)
+    truth = 0.2 / (0.2 + 1.5)  # the mean of Beta(0.2, 1.5): most repeats near 0, a few far above
+    for n in (2, 3):
+        cells = rng.beta(0.2, 1.5, (TRIALS, n))
+        clipped = [t_interval(c.tolist(), within=UNIT) for c in cells]
+        unclipped = [t_interval(c.tolist()) for c in cells]
+        assert all(0.0 <= iv.low <= iv.high <= 1.0 for iv in clipped)
+        assert [iv.low <= truth <= iv.high for iv in clipped] == [iv.low <= truth <= iv.high for iv in unclipped]
+        seen = [iv.low <= truth <= iv.high and min(c) <= truth <= max(c) for iv, c in zip(unclipped, cells)]
+        assert np.mean(seen) < np.mean([iv.low <= truth <= iv.high for iv in clipped]) - 0.05  # the values seen are no range
+        a, b = rng.uniform(0, 1, (TRIALS, n)), rng.uniform(0, 1, (TRIALS, n))
+        for x, y in zip(a[:200], b[:200]):
+            pa, pb = dict(enumerate(x.tolist())), dict(enumerate(y.tolist()))
+            clipped_d, plain_d = paired_difference(pa, pb, within=difference(UNIT)), paired_difference(pa, pb)
+            assert -1.0 <= clipped_d.low and clipped_d.high <= 1.0 and verdict(clipped_d) == verdict(plain_d)

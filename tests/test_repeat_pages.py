@@ -151,3 +151,24 @@ def test_a_cell_run_as_repeats_leaves_out_the_same_cell_of_a_part_from_before_re
     raco = cells[(cells["method"] == "raco-dp") & np.isclose(cells["gamma"], 0.1)].iloc[0]
     assert raco["repeats"] == 3 and raco["test_error"] == pytest.approx(_fixture_error("raco-dp", 0.1), abs=1e-6)
     assert "- **Left out:** raco-dp at ε = 1: searched again in the parts run as repeats" in (page / "README.md").read_text()
+
+
+def test_two_repeats_far_apart_give_intervals_inside_what_an_error_or_a_gap_can_be(tmp_path):
+    """Two repeats of a cell, one selecting a model near 0.01 error and one near 0.77: the t interval with one degree of
+    freedom is the mean ± 4.8, printed as such it claims negative errors. repeats.csv's interval is clipped to [0, 1]
+    (an error), the constraint value's to its family's [0, 1] (demographic parity), the paired difference's to
+    [−1, 1]; the verdict is the unclipped one's (raco_bench/report/ranges.py)."""
+    from raco_bench.report.repeats import repeat_cells
+
+    e = _fixture_error("raco-dp", 0.1)
+    page = _page(tmp_path, [0.01 - e, 0.77 - e], build=False)
+    study = Study.read(page)
+    rows, selections = labelled(study)
+    cells = repeat_cells(rows, selections, satisfaction_rows(rows, selections), study.repeat_of)
+    raco = cells[(cells["method"] == "raco-dp") & np.isclose(cells["gamma"], 0.1)].iloc[0]
+    assert raco["test_error"] == pytest.approx(0.39, abs=1e-6)
+    assert (raco["test_error_low"], raco["test_error_high"]) == (0.0, 1.0)  # unclipped: 0.39 ± 4.83
+    assert raco["test_max_constraint_low"] >= 0.0 and raco["test_max_constraint_high"] <= 1.0
+    row = _paired(page).query("gamma > 0.09").iloc[0]
+    assert -1.0 <= row["test_error_difference_low"] < 0 < row["test_error_difference_high"] <= 1.0
+    assert row["error_verdict"] == "no detectable difference at this size"

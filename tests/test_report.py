@@ -456,3 +456,36 @@ def test_values_at_the_edge_are_set_apart_so_that_none_covers_another(tmp_path):
     edge = sorted(t.get_text() for t in fig.axes[0].texts if t.get_gid() == ALONG_Y)
     assert edge == ["▶ 1.2", "▶ 7"] and overlapping_texts(fig) == []
     plt.close(fig)
+
+
+def test_a_bar_never_runs_past_what_its_value_can_be_and_the_axis_follows(tmp_path):
+    """Parkinsons' pareto figure drew a cell of two repeats (test error 0.29, its interval ± 2.67) with a bar down to
+    −2.4, and the axis followed: every other point was squeezed into a tenth of the panel. Bars are clipped to the range
+    of their values (an error to [0, 1], a demographic-parity gap to [0, 1]), asymmetric where clipped, so the axis
+    stays where errors can be; a bar inside its range is drawn as before."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from raco_bench.report.figures import satisfaction_figure, tradeoff_figure
+
+    rows = [{"method": m, "epsilon": 1.0, "gamma": g, "config_id": i, "phase": 2, "test_max_constraint": x, "test_max_constraint_sd": sx,
+             "test_error": err, "test_error_sd": sd, "share_meeting": 0.5}
+            for i, (m, g, x, sx, err, sd) in enumerate([("raco-dp", 0.05, 0.03, 0.2, 0.29, 2.67), ("raco-dp", 0.1, 0.05, 0.01, 0.18, 0.01),
+                                                         ("dp-fermi", 0.05, 0.04, 0.01, 0.20, 0.02), ("dp-fermi", 0.1, 0.08, 0.01, 0.19, 0.01)])]
+    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi"], "privacy_notion": ["record-level add/remove DP"] * 2, "delta": [1e-5] * 2,
+                       "checkpoint": ["last"] * 2, "outside_budget": ["none"] * 2, "style": ["#0072B2,o", "#D55E00,s"],
+                       "constraint": ["demographic-parity"] * 2})
+    fig = drawn_figure(lambda: tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "gap",
+                                               "error", "t"))
+    low = fig.axes[0].get_ylim()[0]
+    assert -0.1 < low < 0.05  # the bar ends at 0 and the axis with it (unclipped: −2.5)
+    ends = np.concatenate([seg[:, 1] for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()])
+    assert ends.min() >= -1e-12 and ends.max() <= 1.0 + 1e-12
+    xends = np.concatenate([seg[:, 0] for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()])
+    assert xends.min() >= -1e-12  # the gap's bar (0.03 ± 0.2) stops at 0 too
+    plt.close(fig)
+    fig = drawn_figure(lambda: satisfaction_figure(pd.DataFrame(rows), df, tmp_path, "satisfaction", "t"))
+    for ax in fig.axes[:2]:
+        ends = [seg[:, 1] for c in ax.collections if hasattr(c, "get_segments") for seg in c.get_segments()]
+        assert ends and min(e.min() for e in ends) >= -1e-12 and max(e.max() for e in ends) <= 1.0 + 1e-12
+    plt.close(fig)

@@ -9,6 +9,10 @@ A family is one :class:`Family` entry of :data:`FAMILIES`, which declares everyt
   its figure is accuracy against it, with the γ lines);
 * ``constant``: what the best constant predictor that meets it scores (the health verdict's bar and phase 1's failure bar,
   :mod:`raco_bench.training.health`): :func:`best_constant_accuracy` works for any rate problem;
+* ``value_range``: what its constraint value, the largest over its constraints, can be (a report clips its intervals
+  to it: :mod:`raco_bench.report.ranges`): [0, 1] for demographic parity and equalized odds (each constraint is a
+  difference of two rates, and its classes' differences sum to 0, so the largest is at least 0) and for the FNR bound
+  (a rate); a custom family declares none (a weighted sum of rates can be negative or above 1);
 * ``notion``: the capability the methods read to say whether they support it (``Method.supports``). A method that
   trains under any rate problem (RaCO-DP, SGDA: the Lagrangian of eq. 10 takes any eq. 6 constraint; DP post-processing's
   LP; the unconstrained methods) supports every family; a method written for one fairness notion (DP-FERMI's ERMI
@@ -119,6 +123,7 @@ class Family:
     gap_is_constraint: bool = False  # the gap is the constraint value (its figure: accuracy against it, with the γ lines)
     summary: str = ""  # one line for the command line's help and the docs
     spec: str | None = None  # a custom family's text (raco_bench.constraints.spec)
+    value_range: tuple[float, float] | None = None  # what its constraint value (the largest over its constraints) can be; None: not declared
 
     def problem(self, task: Task, gamma: float) -> RateProblem:
         """Its rate problem on ``task`` at slack γ."""
@@ -139,14 +144,17 @@ class Family:
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("demographic-parity", lambda task, gamma: builders.demographic_parity(task.n_groups, task.n_classes, gamma),
            gap="dp_gap", axis="test demographic-parity gap (between groups)", constant=best_constant_accuracy, notion="demographic-parity",
+           value_range=(0.0, 1.0),
            summary="P(ŷ=k | a) − P(ŷ=k | not a) ≤ γ for every class k and group a (eqs. 7, 13)"),
     Family("equalized-odds", lambda task, gamma: builders.equalized_odds(task.n_groups, task.n_classes, gamma),
            gap="eo_gap", axis="test equalized-odds gap (between groups)", constant=best_constant_accuracy, notion="equalized-odds",
+           value_range=(0.0, 1.0),
            summary="P(ŷ=k | y, a) − P(ŷ=k | y, not a) ≤ γ for every class k, label y and group a (eqs. 14-16)"),
     # The experiments bound the FNR of the positive class (binary) / of every class (multiclass).
     Family("false-negative-rate", lambda task, gamma: builders.false_negative_rate(
                task.n_classes, gamma, classes=[1] if task.n_classes == 2 else None, n_groups=task.n_groups),
            gap="fnr", axis="test false-negative rate", constant=best_constant_accuracy, notion=None, gap_is_constraint=True,
+           value_range=(0.0, 1.0),
            summary="1 − P(ŷ=k | y=k) ≤ γ for the positive class (binary) or every class (eq. 17)"),
 )}
 

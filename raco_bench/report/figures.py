@@ -28,6 +28,7 @@ from raco_bench.report.edge_labels import ALONG_X, ALONG_Y, edge_label, set_apar
 from raco_bench.report.marks import CAPPED_LABEL, capped_cap, capped_handle, ring  # noqa: E402
 from raco_bench.report.overlap import SELECTED, warn_marker_overlaps, warn_overlaps  # noqa: E402
 from raco_bench.report.pareto import frontier  # noqa: E402
+from raco_bench.report.ranges import Range, value_ranges  # noqa: E402
 from raco_bench.report.references import reference_label  # noqa: E402
 
 PALETTE = [("#332288", "P"), ("#882255", "<"), ("#117733", ">"), ("#DDCC77", "p")]  # Tol colours no registered method declares
@@ -136,24 +137,30 @@ def caption(fig, text: str, y: float) -> None:
     fig.text(0.5, y, "\n".join(lines), ha="center", va="top", fontsize=7)
 
 
+def _two_sided(spreads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(below, above) of bars given as one spread per point or as two rows (below, above), matplotlib's ``yerr``."""
+    return (spreads[0], spreads[1]) if spreads.ndim == 2 else (spreads, spreads)
+
+
 def readable_limits(centres: np.ndarray, spreads: np.ndarray, keep: np.ndarray | None = None) -> tuple[float, float, float]:
-    """(low, high, cap) for a y-axis: everything shown, unless a few points lie far above the rest (a configuration
-    that collapsed on some seeds, say); then the top is capped at Q3 + 3·IQR of the centres (never below the points in
-    ``keep``, the non-dominated ones) and the points above it are drawn at the cap and marked (:func:`mark_clipped`).
+    """(low, high, cap) for a y-axis (``spreads``: each point's bar, symmetric or as rows (below, above)): everything
+    shown, unless a few points lie far above the rest (a configuration that collapsed on some seeds, say); then the top
+    is capped at Q3 + 3·IQR of the centres (never below the points in ``keep``, the non-dominated ones) and the points
+    above it are drawn at the cap and marked (:func:`mark_clipped`).
     "Far" is the smaller of Q3 + 3·IQR and the median + 8 robust standard deviations (1.4826·MAD, at least 0.05)."""
     c = np.asarray(centres, dtype=float)
-    s = np.nan_to_num(np.asarray(spreads, dtype=float), nan=0.0)
+    below, above = _two_sided(np.nan_to_num(np.asarray(spreads, dtype=float), nan=0.0))
     ok = np.isfinite(c)
     if not ok.any():
         return 0.0, 1.0, math.inf
-    c, s = c[ok], s[ok]
+    c, below, above = c[ok], below[ok], above[ok]
     q1, med, q3 = np.percentile(c, [25, 50, 75])
     mad = 1.4826 * float(np.median(np.abs(c - med)))  # robust spread: a few collapsed points move neither it nor the median
     cap = min(q3 + 3.0 * max(q3 - q1, 0.01), med + max(8.0 * mad, 0.05))
     if keep is not None and np.isfinite(keep).any():
         cap = max(cap, float(np.nanmax(keep)))
-    highest = float(np.max(c + s))  # ≥ every centre (spreads are ≥ 0)
-    top, bottom = min(highest, cap), float(np.min(c - s))
+    highest = float(np.max(c + above))  # ≥ every centre (spreads are ≥ 0)
+    top, bottom = min(highest, cap), float(np.min(c - below))
     pad = 0.05 * max(top - bottom, 0.01)
     return bottom - pad, top + pad, cap if highest > cap else math.inf
 
@@ -290,7 +297,7 @@ def _limits(values: np.ndarray, spreads: np.ndarray, keep: np.ndarray, fixed: np
     always holding the ``fixed`` values (published points, γ lines)."""
     v, s, k, f = (np.asarray(a, dtype=float) for a in (values, spreads, keep, fixed))
     if log:
-        positive = v > 0
+        positive, s = v > 0, _two_sided(s)[1]  # the bar above, in decades, either side
         s = np.where(positive, np.log10(np.where(positive, v + np.nan_to_num(s), 1.0)) - np.log10(np.where(positive, v, 1.0)), 0.0)
         v, k, f = (np.log10(np.where(a > 0, a, np.nan)) for a in (v, k, f))
     if not np.isfinite(v).any() and np.isfinite(f).any():
@@ -334,9 +341,10 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     fixed = np.concatenate(ref_xy) if ref_xy else np.zeros((0, 2))
     front_y = points[y].to_numpy(dtype=float)[_fronts(points, x, y, minimise_y)] if len(points) else np.zeros(0)
     lines = np.asarray(list(fills) if gamma_lines else [], dtype=float)  # each γ's line is on the axis too
-    xlow, xhigh, xcap = _limits(points[x].to_numpy(dtype=float), _spread(points, x), np.zeros(0), np.concatenate([fixed[:, 0], lines]),
-                                xscale == "log")
-    ylow, yhigh, ycap = _limits(points[y].to_numpy(dtype=float), _spread(points, y), front_y, fixed[:, 1], False)
+    ranges = value_ranges(df)
+    xlow, xhigh, xcap = _limits(points[x].to_numpy(dtype=float), _spread(points, x, ranges.get(x)), np.zeros(0),
+                                np.concatenate([fixed[:, 0], lines]), xscale == "log")
+    ylow, yhigh, ycap = _limits(points[y].to_numpy(dtype=float), _spread(points, y, ranges.get(y)), front_y, fixed[:, 1], False)
     if xscale != "log" and (agg[x].dropna() >= 0).all() and xlow < 0:
         xlow = 0.0
     fig, axes = _panels(private_eps)
@@ -368,8 +376,8 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
                 line = rows.iloc[front].sort_values(x)
                 ax.plot(line["_x"], line["_y"], "-", color=color, lw=1.5, zorder=2)
             for gamma, group in rows.groupby(rows["selected_gamma"].fillna(-1.0)):
-                bars = ax.errorbar(group["_x"], group["_y"], xerr=_bars(group, x), yerr=_bars(group, y), fmt=marker, color=color, ms=MARKER_PT,
-                                   fillstyle=fills.get(float(gamma), "full"), capsize=2, alpha=0.9, zorder=3)
+                bars = ax.errorbar(group["_x"], group["_y"], xerr=_bars(group, x, ranges.get(x)), yerr=_bars(group, y, ranges.get(y)),
+                                   fmt=marker, color=color, ms=MARKER_PT, fillstyle=fills.get(float(gamma), "full"), capsize=2, alpha=0.9, zorder=3)
                 bars.lines[0].set_gid(SELECTED)
                 bars.lines[0].set_label(f"_{method} γ={gamma:g}")
             ring(ax, rows["_x"], rows["_y"], rows["_ring"], color)
@@ -406,13 +414,23 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
     return save(fig, out, stem)
 
 
-def _spread(frame: pd.DataFrame, col: str) -> np.ndarray:
-    return frame[col + "_sd"].to_numpy(dtype=float) if col + "_sd" in frame else np.zeros(len(frame))
+def _spread(frame: pd.DataFrame, col: str, within: Range | None = None) -> np.ndarray:
+    """Each point's bar (:func:`_bars`), zero where the frame has none: what the axis must hold."""
+    bars = _bars(frame, col, within)
+    return np.zeros(len(frame)) if bars is None else bars
 
 
-def _bars(frame: pd.DataFrame, col: str):
-    """The spread of ``col`` over phase-2 seeds, None when the frame has none."""
-    return frame[col + "_sd"].to_numpy(dtype=float) if col + "_sd" in frame else None
+def _bars(frame: pd.DataFrame, col: str, within: Range | None = None):
+    """The bars of ``col`` (its ``_sd`` column: the spread over phase-2 seeds, or an interval's half-width over repeats),
+    clipped to ``within``, the range of its values (:mod:`raco_bench.report.ranges`): one spread per point, or rows
+    (below, above) where a bar was clipped; None when the frame has none."""
+    if col + "_sd" not in frame:
+        return None
+    v, s = frame[col].to_numpy(dtype=float), frame[col + "_sd"].to_numpy(dtype=float)
+    low, high = within if within is not None else (-math.inf, math.inf)
+    with np.errstate(invalid="ignore"):
+        below, above = np.where(v - s < low, v - low, s), np.where(v + s > high, high - v, s)
+    return s if np.array_equal(below, above, equal_nan=True) else np.vstack([below, above])
 
 
 def _fronts(points: pd.DataFrame, x: str, y: str, minimise_y: bool) -> np.ndarray:
@@ -450,6 +468,7 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
     eps_values = sorted(rows["epsilon"].unique(), key=lambda e: (not math.isfinite(e), e))
     styles, names = method_styles(df), method_labels(df)
     style = lambda m: styles.get(m, PALETTE[-1])  # noqa: E731
+    ranges = value_ranges(df)
     n = len(eps_values)
     fig, axes = plt.subplots(3, n, figsize=(max(6.4, 4.4 * n), 8.4), squeeze=False, sharex=True, sharey="row",
                              gridspec_kw={"height_ratios": [3, 3, 2]})
@@ -463,8 +482,10 @@ def satisfaction_figure(rows: pd.DataFrame, df: pd.DataFrame, out: Path, stem: s
         for method, m in panel.groupby("method"):
             color, marker = style(method)
             m = m.sort_values("gamma")
-            top.errorbar(m["gamma"], m["test_max_constraint"], yerr=m["test_max_constraint_sd"], fmt=marker + "-", color=color, capsize=2)
-            middle.errorbar(m["gamma"], m["test_error"], yerr=m["test_error_sd"], fmt=marker + "-", color=color, capsize=2)
+            top.errorbar(m["gamma"], m["test_max_constraint"], yerr=_bars(m, "test_max_constraint", ranges.get("test_max_constraint")),
+                         fmt=marker + "-", color=color, capsize=2)
+            middle.errorbar(m["gamma"], m["test_error"], yerr=_bars(m, "test_error", ranges.get("test_error")), fmt=marker + "-", color=color,
+                            capsize=2)
             ring(top, m["gamma"], m["test_max_constraint"], m.get("capped"), color)
             ring(middle, m["gamma"], m["test_error"], m.get("capped"), color)
             bad = ~m.get("health", pd.Series("ok", index=m.index)).isin(["ok", "capped"])

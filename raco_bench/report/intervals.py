@@ -24,6 +24,9 @@ what a verdict between methods must clear.
   width 0. Its variance is floored at what binomial sampling of the seeds alone gives the difference (Agresti and
   Caffo's adjusted shares, one success and one failure added to each side, so the floor is never 0), and the interval
   is clipped to [−1, 1].
+* Every interval of a quantity with a known range (an error, a share, a gap: [0, 1]; a difference of two: [−1, 1]) is
+  clipped to it (:mod:`raco_bench.report.ranges`): the mean lies in the range, so nothing of the coverage is lost,
+  and two repeats no longer give a test error's interval such as [−2.38, 2.96].
 * :func:`verdict`: "better", "worse" or "no detectable difference at this size", from whether the interval of the
   difference excludes 0, never from two means.
 
@@ -75,8 +78,9 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
-    """The mean of ``values`` (independent units) with its Student-t interval; one value: no interval (NaN bounds)."""
+def t_interval(values: Sequence[float], level: float = LEVEL, within: tuple[float, float] | None = None) -> Interval:
+    """The mean of ``values`` (independent units) with its Student-t interval, clipped to ``within`` when the values can
+    only lie there (:mod:`raco_bench.report.ranges`: no coverage is lost); one value: no interval (NaN bounds)."""
     vals = [float(v) for v in values if math.isfinite(float(v))]
     if not vals:
         return Interval(math.nan, math.nan, math.nan, 0, level)
@@ -84,7 +88,8 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
     if len(vals) == 1:
         return Interval(mean, math.nan, math.nan, 1, level)
     half = t_quantile(0.5 + level / 2, len(vals) - 1) * _sd(vals) / math.sqrt(len(vals))
-    return Interval(mean, mean - half, mean + half, len(vals), level)
+    low, high = within if within is not None else (-math.inf, math.inf)
+    return Interval(mean, max(low, mean - half), min(high, mean + half), len(vals), level)
 
 
 def _sd(vals: Sequence[float]) -> float:
@@ -140,10 +145,11 @@ def share_interval(successes: Sequence[int], totals: Sequence[int], level: float
     return Interval(share, low, high, sum(1 for t in totals if t > 0), level)
 
 
-def paired_difference(a: dict[int, float], b: dict[int, float], level: float = LEVEL) -> Interval:
-    """A − B over the repeats both have (``a``, ``b``: repeat -> that repeat's mean), with the t interval."""
+def paired_difference(a: dict[int, float], b: dict[int, float], level: float = LEVEL, within: tuple[float, float] | None = None) -> Interval:
+    """A − B over the repeats both have (``a``, ``b``: repeat -> that repeat's mean), with the t interval (clipped to
+    ``within``, the range a difference can take)."""
     common = sorted(r for r in set(a) & set(b) if math.isfinite(a[r]) and math.isfinite(b[r]))
-    return t_interval([a[r] - b[r] for r in common], level)
+    return t_interval([a[r] - b[r] for r in common], level, within)
 
 
 def paired_share_difference(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]], level: float = LEVEL) -> Interval:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from raco_bench.methods import REGISTRY, get_method
 from raco_bench.report.intervals import Interval, paired_difference, paired_share_difference, share_interval, t_interval, verdict
+from raco_bench.report.ranges import UNIT, difference, value_ranges
 from raco_bench.report.series import base_method
 from raco_bench.report.study import eps_key
 
@@ -66,12 +67,13 @@ def repeat_cells(rows: pd.DataFrame, selections: list[dict], sat: pd.DataFrame, 
     for s in selections:
         ran.setdefault(_key(s["method"], s["epsilon"], s["gamma"]), set()).add(repeat_of.get(s.get("sweep_id", ""), 0))
     sat = sat.assign(repeat=sat["sweep_id"].map(lambda i: repeat_of.get(i, 0)))
+    ranges = value_ranges(rows)
     out = []
     for key, repeats in sorted(ran.items()):
         method, epsilon, gamma = key
         mine = _cell(sat, method, epsilon, gamma)
-        error = t_interval(mine["test_error"].tolist())
-        constraint = t_interval(mine["test_max_constraint"].tolist())
+        error = t_interval(mine["test_error"].tolist(), within=ranges["test_error"])
+        constraint = t_interval(mine["test_max_constraint"].tolist(), within=ranges.get("test_max_constraint"))
         met = _met_counts(mine)
         share = share_interval([m for m, _ in met], [n for _, n in met])
         out.append({"method": method, "epsilon": epsilon, "gamma": gamma, "repeats": len(repeats), "repeats_with_model": mine["repeat"].nunique(),
@@ -141,7 +143,8 @@ def paired_cells(sat: pd.DataFrame, repeat_of: dict[str, int]) -> pd.DataFrame:
             other_eps = epsilon if epsilon in b_eps else (math.inf if math.inf in b_eps else None)
             if other_eps is None:
                 continue
-            error = paired_difference(_per_repeat_errors(sat, a, epsilon, gamma), _per_repeat_errors(sat, b, other_eps, gamma))
+            error = paired_difference(_per_repeat_errors(sat, a, epsilon, gamma), _per_repeat_errors(sat, b, other_eps, gamma),
+                                      within=difference(UNIT))
             met = paired_share_difference(_per_repeat_met(sat, a, epsilon, gamma), _per_repeat_met(sat, b, other_eps, gamma))
             out.append({"method": a, "against": b if other_eps == epsilon else f"{b} (non-private)", "epsilon": epsilon, "gamma": gamma,
                         "repeats_paired": error.n, "test_error_difference": error.estimate, "test_error_difference_low": error.low,
@@ -157,8 +160,9 @@ SPREAD = "_sd"  # a figure's bar column beside each value column
 def over_repeats(frame: pd.DataFrame, keys: list[str], values: list[str]) -> tuple[pd.DataFrame, int]:
     """What a figure draws where a cell ran in several repeats: one row per ``keys`` (a cell) holding, for each column of
     ``values``, the mean over its repeats' rows and, in ``<column>_sd``, the half-width of the 95 % t interval over them
-    (a cell of one repeat keeps its row, and its bars: the spread over its seeds). ``frame`` has a ``repeat`` column;
-    returns the frame and how many cells were folded."""
+    (a cell of one repeat keeps its row, and its bars: the spread over its seeds; the figure clips either to the range
+    of the column's values, :mod:`raco_bench.report.ranges`). ``frame`` has a ``repeat`` column; returns the frame and
+    how many cells were folded."""
     if "repeat" not in frame or frame.empty:
         return frame, 0
     rows, folded = [], 0
