@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "adult-dp-study" / "parts" / "df9adbe7906b.json"  # raco-dp, dp-sgd, sgd, dp-fermi at ε = 1
 
 
-def _page(tmp_path: Path, shifts: list[float], build: bool = True) -> Path:
-    """The fixture part as repeats 0, 1, ...: RaCO-DP's phase-2 test errors of repeat r shifted by ``shifts[r]``; the page
-    built from them (``build``) or its parts alone."""
+def _page(tmp_path: Path, shifts: list[float], build: bool = True, constraint_values: list[float] | None = None) -> Path:
+    """The fixture part as repeats 0, 1, ...: RaCO-DP's phase-2 test errors of repeat r shifted by ``shifts[r]`` (and its
+    test constraint values set to ``constraint_values[r]``); the page built from them (``build``) or its parts alone."""
     base = read_part(FIXTURE)
     page = tmp_path / "results" / "adult-repeats"
     for r, shift in enumerate(shifts):
@@ -31,6 +31,8 @@ def _page(tmp_path: Path, shifts: list[float], build: bool = True) -> Path:
         raco = (rows["phase"] == 2) & (rows["method"] == "raco-dp")
         rows.loc[raco, "test_error"] += shift
         rows.loc[raco, "test_accuracy"] -= shift
+        if constraint_values is not None:
+            rows.loc[raco, "test_max_constraint"] = constraint_values[r]
         sweep = f"repeat{r:06d}"
         rows["sweep_id"] = sweep
         write_part(page, Part(sweep, base.experiment, rows, {**base.params, "sweep.repeat": str(r)}, base.provenance, base.wall_seconds,
@@ -161,14 +163,15 @@ def test_two_repeats_far_apart_give_intervals_inside_what_an_error_or_a_gap_can_
     from raco_bench.report.repeats import repeat_cells
 
     e = _fixture_error("raco-dp", 0.1)
-    page = _page(tmp_path, [0.01 - e, 0.77 - e], build=False)
+    page = _page(tmp_path, [0.01 - e, 0.77 - e], build=False, constraint_values=[0.002, 0.3])
     study = Study.read(page)
     rows, selections = labelled(study)
     cells = repeat_cells(rows, selections, satisfaction_rows(rows, selections), study.repeat_of)
     raco = cells[(cells["method"] == "raco-dp") & np.isclose(cells["gamma"], 0.1)].iloc[0]
     assert raco["test_error"] == pytest.approx(0.39, abs=1e-6)
     assert (raco["test_error_low"], raco["test_error_high"]) == (0.0, 1.0)  # unclipped: 0.39 ± 4.83
-    assert raco["test_max_constraint_low"] >= 0.0 and raco["test_max_constraint_high"] <= 1.0
+    assert raco["test_max_constraint"] == pytest.approx(0.151) and raco["test_max_constraint_low"] == 0.0  # unclipped: 0.151 ± 1.89
+    assert raco["test_max_constraint_high"] == 1.0
     row = _paired(page).query("gamma > 0.09").iloc[0]
     assert -1.0 <= row["test_error_difference_low"] < 0 < row["test_error_difference_high"] <= 1.0
     assert row["error_verdict"] == "no detectable difference at this size"

@@ -471,19 +471,30 @@ def test_a_bar_never_runs_past_what_its_value_can_be_and_the_axis_follows(tmp_pa
     rows = [{"method": m, "epsilon": 1.0, "gamma": g, "config_id": i, "phase": 2, "test_max_constraint": x, "test_max_constraint_sd": sx,
              "test_error": err, "test_error_sd": sd, "share_meeting": 0.5}
             for i, (m, g, x, sx, err, sd) in enumerate([("raco-dp", 0.05, 0.03, 0.2, 0.29, 2.67), ("raco-dp", 0.1, 0.05, 0.01, 0.18, 0.01),
-                                                         ("dp-fermi", 0.05, 0.04, 0.01, 0.20, 0.02), ("dp-fermi", 0.1, 0.08, 0.01, 0.19, 0.01)])]
-    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi"], "privacy_notion": ["record-level add/remove DP"] * 2, "delta": [1e-5] * 2,
-                       "checkpoint": ["last"] * 2, "outside_budget": ["none"] * 2, "style": ["#0072B2,o", "#D55E00,s"],
-                       "constraint": ["demographic-parity"] * 2})
+                                                         ("dp-fermi", 0.05, 0.04, 0.01, 0.20, 0.02), ("dp-fermi", 0.1, 0.08, 0.01, 0.19, 0.01),
+                                                         ("sgda", 0.05, 0.06, 0.01, 0.21, 0.01), ("sgda", 0.1, 0.07, 0.01, 0.22, 0.01),
+                                                         ("dp-sgd", 0.05, 0.05, 0.01, 0.50, 2.67), ("dp-sgd", 0.1, 0.04, 0.01, 0.2, 0.01)])]
+    df = pd.DataFrame({"method": ["raco-dp", "dp-fermi", "sgda", "dp-sgd"], "privacy_notion": ["record-level add/remove DP"] * 4,
+                       "delta": [1e-5] * 4, "checkpoint": ["last"] * 4, "outside_budget": ["none"] * 4,
+                       "style": ["#0072B2,o", "#D55E00,s", "#009E73,^", "#CC79A7,D"], "constraint": ["demographic-parity"] * 4})
     fig = drawn_figure(lambda: tradeoff_figure(pd.DataFrame(rows), df, tmp_path, "pareto", "test_max_constraint", "test_error", "gap",
                                                "error", "t"))
-    low = fig.axes[0].get_ylim()[0]
+    low, high = fig.axes[0].get_ylim()
     assert -0.1 < low < 0.05  # the bar ends at 0 and the axis with it (unclipped: −2.5)
+    assert high < 0.5  # DP-SGD's 0.50 is far above the rest: drawn at the top edge, its bar from there (not 0.50 ± 2.67 moved to the edge)
+    edge = [t.get_text() for t in fig.axes[0].texts]
+    assert "0.50" in edge
     ends = np.concatenate([seg[:, 1] for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()])
     assert ends.min() >= -1e-12 and ends.max() <= 1.0 + 1e-12
     xends = np.concatenate([seg[:, 0] for c in fig.axes[0].collections if hasattr(c, "get_segments") for seg in c.get_segments()])
     assert xends.min() >= -1e-12  # the gap's bar (0.03 ± 0.2) stops at 0 too
     plt.close(fig)
+    from raco_bench.report.figures import _bars
+
+    middle = pd.DataFrame({"v": [0.5, 0.3], "v_sd": [2.67, 0.01]})  # clipped on both sides; inside its range
+    assert _bars(middle, "v", (0.0, 1.0)).tolist() == [[0.5, 0.01], [0.5, 0.01]]
+    assert _bars(middle, "v", (0.0, 1.0), "v").tolist() == [[0.5, 0.01], [0.5, 0.01]]
+    assert _bars(middle.iloc[[1]], "v", (0.0, 1.0)).tolist() == [0.01]  # unchanged: one spread, as before
     fig = drawn_figure(lambda: satisfaction_figure(pd.DataFrame(rows), df, tmp_path, "satisfaction", "t"))
     for ax in fig.axes[:2]:
         ends = [seg[:, 1] for c in ax.collections if hasattr(c, "get_segments") for seg in c.get_segments()]

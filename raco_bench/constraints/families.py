@@ -11,7 +11,8 @@ A family is one :class:`Family` entry of :data:`FAMILIES`, which declares everyt
   :mod:`raco_bench.training.health`): :func:`best_constant_accuracy` works for any rate problem;
 * ``value_range``: what its constraint value, the largest over its constraints, can be (a report clips its intervals
   to it: :mod:`raco_bench.report.ranges`): [0, 1] for demographic parity and equalized odds (each constraint is a
-  difference of two rates, and its classes' differences sum to 0, so the largest is at least 0) and for the FNR bound
+  difference of two rates, and its classes' differences sum to 0, so the largest is at least 0; a side with no rows has
+  rates 0, and the other side's differences are then all at least 0) and for the FNR bound
   (a rate); a custom family declares none (a weighted sum of rates can be negative or above 1);
 * ``notion``: the capability the methods read to say whether they support it (``Method.supports``). A method that
   trains under any rate problem (RaCO-DP, SGDA: the Lagrangian of eq. 10 takes any eq. 6 constraint; DP post-processing's

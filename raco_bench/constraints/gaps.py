@@ -61,12 +61,13 @@ class Gap:
     key: str
     of_counts: Callable[[torch.Tensor], torch.Tensor | None]
     description: str
+    value_range: tuple[float, float] | None = None  # what its value can be (a report clips intervals to it); None: not declared
 
 
 GAPS: dict[str, Gap] = {g.key: g for g in (
-    Gap("dp_gap", demographic_parity_gap, "demographic-parity gap: max_k (max_a − min_a) P(ŷ = k | a)"),
-    Gap("eo_gap", equalized_odds_gap, "equalized-odds gap: max_{y,k} (max_a − min_a) P(ŷ = k | y, a)"),
-    Gap("fnr", false_negative_rate, "false-negative rate P(ŷ = 0 | y = 1) (binary tasks)"),
+    Gap("dp_gap", demographic_parity_gap, "demographic-parity gap: max_k (max_a − min_a) P(ŷ = k | a)", (0.0, 1.0)),
+    Gap("eo_gap", equalized_odds_gap, "equalized-odds gap: max_{y,k} (max_a − min_a) P(ŷ = k | y, a)", (0.0, 1.0)),
+    Gap("fnr", false_negative_rate, "false-negative rate P(ŷ = 0 | y = 1) (binary tasks)", (0.0, 1.0)),
 )}
 
 

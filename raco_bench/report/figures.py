@@ -368,7 +368,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
         ringed = panel.get("capped", pd.Series(False, index=panel.index)).fillna(False).astype(bool).to_numpy()
         placed_x, n_moved = dodge(ax, shown_x, shown_y, np.full(len(shown_x), MARKER_PT / 2))
         moved += n_moved
-        panel = panel.assign(_x=placed_x, _y=shown_y, _ring=ringed)
+        panel = panel.assign(_x=placed_x, _sx=shown_x, _y=shown_y, _ring=ringed)
         for method, rows in panel.groupby("method"):
             color, marker = style(method)
             front = _fronts(rows, x, y, minimise_y)
@@ -376,7 +376,7 @@ def tradeoff_figure(agg: pd.DataFrame, df: pd.DataFrame, out: Path, stem: str, x
                 line = rows.iloc[front].sort_values(x)
                 ax.plot(line["_x"], line["_y"], "-", color=color, lw=1.5, zorder=2)
             for gamma, group in rows.groupby(rows["selected_gamma"].fillna(-1.0)):
-                bars = ax.errorbar(group["_x"], group["_y"], xerr=_bars(group, x, ranges.get(x)), yerr=_bars(group, y, ranges.get(y)),
+                bars = ax.errorbar(group["_x"], group["_y"], xerr=_bars(group, x, ranges.get(x), "_sx"), yerr=_bars(group, y, ranges.get(y), "_y"),
                                    fmt=marker, color=color, ms=MARKER_PT, fillstyle=fills.get(float(gamma), "full"), capsize=2, alpha=0.9, zorder=3)
                 bars.lines[0].set_gid(SELECTED)
                 bars.lines[0].set_label(f"_{method} γ={gamma:g}")
@@ -420,17 +420,22 @@ def _spread(frame: pd.DataFrame, col: str, within: Range | None = None) -> np.nd
     return np.zeros(len(frame)) if bars is None else bars
 
 
-def _bars(frame: pd.DataFrame, col: str, within: Range | None = None):
+def _bars(frame: pd.DataFrame, col: str, within: Range | None = None, at: str | None = None):
     """The bars of ``col`` (its ``_sd`` column: the spread over phase-2 seeds, or an interval's half-width over repeats),
-    clipped to ``within``, the range of its values (:mod:`raco_bench.report.ranges`): one spread per point, or rows
-    (below, above) where a bar was clipped; None when the frame has none."""
+    clipped to ``within``, the range of its values (:mod:`raco_bench.report.ranges`), and measured from where the point is
+    drawn (``at``, a column: a value beyond the axis is drawn at its edge; default: at its value): one spread per point,
+    or rows (below, above) where a bar was clipped or the point is drawn elsewhere; None when the frame has none."""
     if col + "_sd" not in frame:
         return None
     v, s = frame[col].to_numpy(dtype=float), frame[col + "_sd"].to_numpy(dtype=float)
+    p = v if at is None else frame[at].to_numpy(dtype=float)
     low, high = within if within is not None else (-math.inf, math.inf)
     with np.errstate(invalid="ignore"):
-        below, above = np.where(v - s < low, v - low, s), np.where(v + s > high, high - v, s)
-    return s if np.array_equal(below, above, equal_nan=True) else np.vstack([below, above])
+        same = p == v
+        below = np.where(same & (v - s >= low), s, np.maximum(p - np.maximum(v - s, low), 0.0))
+        above = np.where(same & (v + s <= high), s, np.maximum(np.minimum(v + s, high) - p, 0.0))
+        unchanged = np.array_equal(below, s, equal_nan=True) and np.array_equal(above, s, equal_nan=True)
+    return s if unchanged else np.vstack([below, above])
 
 
 def _fronts(points: pd.DataFrame, x: str, y: str, minimise_y: bool) -> np.ndarray:

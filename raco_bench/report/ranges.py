@@ -8,8 +8,9 @@ unclipped one does: clipping drops no coverage, and a verdict (does the interval
 changes, since 0 is inside the range of every difference. A figure's bars (an interval, or mean ± sd over seeds)
 are clipped the same way.
 
-* test error and accuracy, the share of runs meeting γ, and every registered gap (a rate, or the largest difference
-  between groups of a rate): [0, 1];
+* test error and accuracy, the share of runs meeting γ: [0, 1];
+* a gap metric: what it declares (``Gap.value_range``: [0, 1] for the registered ones, a rate or the largest
+  difference between groups of a rate), and no clipping for one that declares none;
 * the constraint value: what its family declares (``Family.value_range``: [0, 1] for the registered ones), and no
   clipping for a custom constraint (a weighted sum of rates can be negative or above 1);
 * the worst-group loss, steps and ε spent: at least 0;
@@ -22,7 +23,7 @@ import math
 
 import pandas as pd
 
-from raco_bench.constraints.gaps import gap_keys
+from raco_bench.constraints.gaps import GAPS
 
 Range = tuple[float, float]
 UNIT: Range = (0.0, 1.0)
@@ -36,7 +37,8 @@ def value_ranges(rows: pd.DataFrame) -> dict[str, Range]:
     from raco_bench.report.study import family_of
 
     ranges = {"test_error": UNIT, "test_accuracy": UNIT, "share_meeting": UNIT, "test_worst_group_loss": NONNEGATIVE,
-              "steps": NONNEGATIVE, "epsilon_spent": NONNEGATIVE, **{f"test_{k}": UNIT for k in gap_keys()}}
+              "steps": NONNEGATIVE, "epsilon_spent": NONNEGATIVE,
+              **{f"test_{k}": gap.value_range for k, gap in GAPS.items() if gap.value_range is not None}}
     if len(rows) and "constraint" in rows:
         declared = family_of(rows).value_range
         if declared is not None:
