@@ -28,7 +28,6 @@ from raco_bench.constraints.gaps import GAPS
 Range = tuple[float, float]
 UNIT: Range = (0.0, 1.0)
 NONNEGATIVE: Range = (0.0, math.inf)
-ANY: Range = (-math.inf, math.inf)
 
 
 def value_ranges(rows: pd.DataFrame) -> dict[str, Range]:
