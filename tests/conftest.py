@@ -4,8 +4,10 @@ stores tests only read made in the background (tests/stores.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -27,7 +29,23 @@ def _private_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _background_stores(request, tmp_path_factory, _private_cache):
+def _ray_temp():
+    """Every Ray the tests start (an embedded one in a sweep, a test's cluster) writes its session logs under one
+    folder of this run, removed when the run ends: about 100 MB a Ray, which would otherwise pile up in /tmp/ray run
+    after run. Short and under /tmp, because Ray's socket paths must stay under 108 characters."""
+    folder = tempfile.mkdtemp(prefix="rb-tmp-", dir="/tmp")
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = folder
+    yield folder
+    if before is None:
+        os.environ.pop("RAY_TMPDIR", None)
+    else:
+        os.environ["RAY_TMPDIR"] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background_stores(request, tmp_path_factory, _private_cache, _ray_temp):
     """Start the background stores declared in test modules (tests/stores.py) that some collected test uses, in the
     order declared and a few at a time; stop whatever of them still runs when the session ends."""
     stores.ROOT = tmp_path_factory.mktemp("background")
