@@ -30,7 +30,8 @@ COMMANDS = {
     "bench": "benchmarks: steptime, walltime and throughput (logged to MLflow for reports), memory (packs against the memory model), "
              "report-scale, preprocessing (accuracy cost of public domains), audit (white-box tightness), tuning (T left by accounted tuning, "
              "privacy profiles against RDP), one-run (the one-run audit's bounds side by side), data (loading a large table under its schema), "
-             "preflight (seconds a bad environment takes to fail), store (the store's epsilon of a paper-size sweep)",
+             "preflight (seconds a bad environment takes to fail), store (the store's epsilon of a paper-size sweep), calibration (the noise "
+             "multiplier's search against bisection)",
 }
 
 
@@ -296,7 +297,8 @@ FLOOR_DRAWS = 200  # coin draws of train's noise-floor check (the pages measure 
 
 BENCHMARKS = {"data": "data_load", "steptime": "step_time", "report-scale": "report_scale", "throughput": "throughput",
               "memory": "pack_memory", "preprocessing": "preprocessing_cost", "audit": "audit_tightness", "store": "store_scale",
-              "tuning": "tuning_steps", "one-run": "one_run_bounds", "preflight": "preflight"}  # name -> raco_bench.benchmarks module
+              "tuning": "tuning_steps", "one-run": "one_run_bounds", "preflight": "preflight",
+              "calibration": "calibration_search"}  # name -> raco_bench.benchmarks module
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from raco_bench.privacy.accounting import (
     smallest_noise_within,
 )
 
-ALGORITHM_VERSION = 2
+ALGORITHM_VERSION = 3  # 3: noise multipliers are the first point of a fixed grid that fits (accounting.smallest_noise_within)
 CACHE_ENV = "RACO_BENCH_CACHE"
 
 
@@ -254,10 +254,10 @@ class StepNoiseProblem(CalibrationProblem):
         return CalibrationCache._versioned(payload)
 
     def solve(self) -> float:
-        if self.spent(NOISE_LIMIT) > self.target_epsilon:
-            return NO_NOISE_SUFFICES
-        # the bracket doubles from 1 and may pass NOISE_LIMIT once before the bisection (σ ≤ NOISE_LIMIT fits, checked above)
-        return smallest_noise_within(self.spent, self.target_epsilon, 2 * NOISE_LIMIT, "unreachable: checked at the limit")
+        try:
+            return smallest_noise_within(self.spent, self.target_epsilon, NOISE_LIMIT, "")
+        except ValueError:  # not even the grid's last σ below NOISE_LIMIT fits; NOISE_LIMIT itself is checked before saying so
+            return NO_NOISE_SUFFICES if self.spent(NOISE_LIMIT) > self.target_epsilon else NOISE_LIMIT
 
     def within_budget(self, value: float) -> bool:
         if value == NO_NOISE_SUFFICES:
@@ -275,6 +275,9 @@ class NoiseProblem(CalibrationProblem):
     target_epsilon: float
     delta: float
 
+    def spent(self, sigma: float) -> float:
+        return plan_epsilon(self.plan, sigma, self.delta)
+
     def key(self) -> str:
         return CalibrationCache.plan_key(self.plan, self.target_epsilon, self.delta)
 
@@ -282,5 +285,5 @@ class NoiseProblem(CalibrationProblem):
         return float(plan_min_noise(self.plan, self.target_epsilon, self.delta))
 
     def within_budget(self, value: float) -> bool:
-        return value > 0 and plan_epsilon(self.plan, value, self.delta) <= self.target_epsilon
+        return value > 0 and self.spent(value) <= self.target_epsilon
 
