@@ -14,7 +14,8 @@ import argparse
 import platform
 import time
 
-from raco_bench.methods import DEFAULT_METHOD, get_method
+from raco_bench.benchmarks import private_method_on
+from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.methods.base import Budget
 from raco_bench.methods.space import sample_configs
 
@@ -87,18 +88,11 @@ def _describe(problem) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raco_bench.data import DATASETS
-    from raco_bench.data.catalog import public_train_rows
     from raco_bench.privacy.accounting import smallest_noise_within
     from raco_bench.privacy.calibration import NOISE, NOISE_LIMIT
 
     args = parse(argv or [])
-    if args.dataset not in DATASETS or public_train_rows(args.dataset) is None:
-        raise ValueError(f"unknown dataset {args.dataset!r}: one of {', '.join(DATASETS)}")
-    method = get_method(args.method)
-    if not method.private:
-        raise ValueError(f"method {args.method!r} is not private: it calibrates nothing")
-    n_train = public_train_rows(args.dataset)
+    method, n_train = private_method_on(args.method, args.dataset, "it calibrates nothing")
     budget = Budget(args.epsilon, args.delta, args.max_steps)
     problems = []
     for params in sample_configs(method, args.configs, n_train, args.seed, args.step_budget, args.max_steps):

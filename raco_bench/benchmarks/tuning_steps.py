@@ -16,7 +16,8 @@ import argparse
 import platform
 import time
 
-from raco_bench.methods import DEFAULT_METHOD, get_method
+from raco_bench.benchmarks import private_method_on
+from raco_bench.methods import DEFAULT_METHOD
 from raco_bench.methods.base import Budget
 from raco_bench.methods.space import sample_configs
 from raco_bench.privacy.accounting import SelectionRelease
@@ -43,18 +44,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from raco_bench.data import DATASETS
-    from raco_bench.data.catalog import public_train_rows
     from raco_bench.sweeps.accounted import RunFamily
     from raco_bench.training.config import RunConfig
 
     args = parse(argv or [])
-    if args.dataset not in DATASETS or public_train_rows(args.dataset) is None:
-        raise ValueError(f"unknown dataset {args.dataset!r}: one of {', '.join(DATASETS)}")
-    method = get_method(args.method)
-    if not method.private:
-        raise ValueError(f"method {args.method!r} is not private: its tuning spends nothing")
-    n_train, run = public_train_rows(args.dataset), RunConfig()
+    method, n_train = private_method_on(args.method, args.dataset, "its tuning spends nothing")
+    run = RunConfig()
     defaults = sample_configs(method, 1, n_train, 0)[0]
     print(f"accounted tuning of {args.method}'s default configuration on {args.dataset} (n = {n_train}) at end-to-end epsilon "
           f"{args.epsilon:g}, delta {args.delta:g}; {platform.processor() or platform.machine()}")
