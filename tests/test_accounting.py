@@ -150,12 +150,16 @@ def test_largest_within_needs_fewer_compositions_than_bisection():
 GRID = math.log1p(1e-3)  # smallest_noise_within's grid: σ_k = (1 + 1e-3)^k
 
 
-def _smallest_by_scan(eps, target: float, limit: float) -> float | None:
-    """The definition, evaluated at every grid point from the floor to the limit: the smallest σ_k with eps(σ_k) ≤ target
-    (None if none)."""
-    for k in range(math.ceil(math.log(NOISE_FLOOR) / GRID), math.floor(math.log(limit) / GRID) + 1):
-        if eps(math.exp(k * GRID)) <= target:
-            return math.exp(k * GRID)
+def _smallest_by_scan(eps, target: float, limit: float, grid: float = GRID) -> float | None:
+    """The definition, evaluated at every grid point σ_k = exp(k·grid) from the first at or above the floor to the last at
+    or below the limit: the smallest σ_k with eps(σ_k) ≤ target (None if none)."""
+    k = math.floor(math.log(NOISE_FLOOR) / grid) - 2
+    while math.exp(k * grid) < NOISE_FLOOR:
+        k += 1
+    while math.exp(k * grid) <= limit:
+        if eps(math.exp(k * grid)) <= target:
+            return math.exp(k * grid)
+        k += 1
     return None
 
 
@@ -179,6 +183,36 @@ def test_smallest_noise_within_finds_the_grid_definition_on_every_shape(shape):
                     smallest_noise_within(f, target, limit, "none fits")
             else:
                 assert smallest_noise_within(f, target, limit, "none fits") == want, (shape, target, limit)
+
+
+@pytest.mark.parametrize("rel_tol", [1e-2, 0.5, 3.0])
+def test_smallest_noise_within_on_other_grids_and_limits_on_the_grid(rel_tol):
+    """Coarser grids (plan_min_noise passes its tolerance through) and limits that are grid points themselves: the
+    definition still, a limit that fits is reached, and no search loops (it would raise after its evaluation bound)."""
+    grid = math.log1p(rel_tol)
+    for f in (NOISE_SHAPES["inverse"], NOISE_SHAPES["a floor (a Laplace part)"], NOISE_SHAPES["one then zero"]):
+        for limit in (1.0, math.exp(3 * grid), math.exp(40 * grid), 1e3):
+            for target in (0.01, 0.8, 1.5, f(math.exp(3 * grid)), f(limit)):
+                want = _smallest_by_scan(f, target, limit, grid)
+                if want is None:
+                    with pytest.raises(ValueError, match="no noise multiplier up to"):
+                        smallest_noise_within(f, target, limit, "none fits", rel_tol)
+                else:
+                    assert smallest_noise_within(f, target, limit, "none fits", rel_tol) == want, (rel_tol, limit, target)
+    assert smallest_noise_within(lambda s: 1 / s, 1 / 1.001, 1.001, "none fits") == 1.001  # the limit itself, on the grid
+
+
+def test_smallest_noise_within_counts_nan_as_over_and_refuses_bad_arguments():
+    """An ε that is NaN never passes for one within the budget; a tolerance or limit that makes no grid is refused."""
+    nan_above = lambda s: math.nan if s > 3 else 100.0  # noqa: E731
+    with pytest.raises(ValueError, match="no noise multiplier up to"):
+        smallest_noise_within(nan_above, 1.0, 1e3, "none fits")
+    assert smallest_noise_within(lambda s: math.nan if s < 2 else 1 / s, 1.0, 1e3, "none fits") == _smallest_by_scan(
+        lambda s: math.inf if s < 2 else 1 / s, 1.0, 1e3)
+    for bad in ({"rel_tol": 0.0}, {"rel_tol": math.nan}, {"limit": math.inf}, {"limit": 0.5}, {"limit": 0.0}):
+        args = {"eps": NOISE_SHAPES["inverse"], "target": 1.0, "limit": 1e3, "failure": "x", **bad}
+        with pytest.raises(ValueError, match="relative tolerance|largest noise multiplier"):
+            smallest_noise_within(**args)
 
 
 def test_smallest_noise_within_needs_fewer_compositions_than_bisection():

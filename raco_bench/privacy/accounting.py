@@ -295,13 +295,15 @@ def _crossing(t0: int, e0: float, t1: int, e1: float, target: float) -> float | 
 
 
 NOISE_FLOOR = 1e-3  # the smallest noise multiplier a search goes down to
+MAX_NOISE_EVALUATIONS = 500  # far above what any search needs (under 100 at rel_tol 1e-5)
 
 
 def smallest_noise_within(eps: Callable[[float], float], target: float, limit: float, failure: str, rel_tol: float = 1e-3) -> float:
     """The smallest noise multiplier σ on the grid σ_k = (1 + ``rel_tol``)^k (k an integer, σ_0 = 1) with eps(σ) ≤
     ``target``, for a non-increasing ``eps``; σ_k is returned only once σ_{k-1} was evaluated above the target (or σ_k is
     the first point at or above ``NOISE_FLOOR``), so the budget holds for it and a smaller σ is less than ``rel_tol``
-    (relative) away. Raises with ``failure`` when no σ up to ``limit`` meets the target.
+    (relative) away. Raises with ``failure`` when no σ up to ``limit`` (finite, ≥ 1) meets the target. An ε that is NaN
+    counts as over the target.
 
     The answer is a property of ``eps`` and the grid alone, not of where the search evaluated: a value solved in one
     order, task or session is the value solved in any other. Where to evaluate follows :func:`largest_within`: ε(σ) of
@@ -316,10 +318,23 @@ def smallest_noise_within(eps: Callable[[float], float], target: float, limit: f
 
     Against doubling from 1 and bisection to the same tolerance (12-14 evaluations each), 4-7 on the problems of an
     uncapped sweep (tests/test_accounting.py; ``raco-bench bench calibration`` measures both side by side)."""
+    if not 0 < rel_tol < math.inf:
+        raise ValueError(f"the relative tolerance must be a finite number > 0, got {rel_tol}")
+    if not 1.0 <= limit < math.inf:
+        raise ValueError(f"the largest noise multiplier tried must be a finite number >= 1, got {limit}")
     step = math.log1p(rel_tol)
-    top, bottom = math.floor(math.log(limit) / step), math.ceil(math.log(NOISE_FLOOR) / step)
-    octave = round(math.log(2.0) / step)
+    octave = max(1, round(math.log(2.0) / step))
     sigma = lambda k: math.exp(k * step)  # noqa: E731  (σ_0 = exp(0) = 1 exactly)
+    top, bottom = math.floor(math.log(limit) / step), math.ceil(math.log(NOISE_FLOOR) / step)
+    top += 1 if sigma(top + 1) <= limit else -1 if sigma(top) > limit else 0  # the last grid point <= limit (log rounds)
+    bottom += -1 if sigma(bottom - 1) >= NOISE_FLOOR else 1 if sigma(bottom) < NOISE_FLOOR else 0  # the first >= the floor
+    evaluated = [0]
+
+    def at(k: int) -> float:
+        evaluated[0] += 1
+        if evaluated[0] > MAX_NOISE_EVALUATIONS:  # the search is logarithmic: a loop this long is a bug, never an answer
+            raise RuntimeError(f"the noise multiplier's search did not converge in {MAX_NOISE_EVALUATIONS} evaluations (a bug)")
+        return eps(sigma(k))
 
     def crossing(a: tuple[int, float], b: tuple[int, float]) -> float | None:
         """The σ where the line through points a and b, (k, ε) each, reaches the target (None where undefined)."""
@@ -332,27 +347,27 @@ def smallest_noise_within(eps: Callable[[float], float], target: float, limit: f
             guess = sigma(k0) * e0 / target if 0 < e0 < math.inf and 0 < target < math.inf else None
         else:
             guess = crossing((k0, e0), (k1, e1))
-        up = e0 > target
+        up = not e0 <= target  # NaN counts as over the target
         if guess is None:
             return k0 + octave if up else k0 - octave
         k = round(math.log(guess) / step) if 0 < guess < math.inf else (k0 - 6 * octave if guess <= 0 else k0 + 6 * octave)
         return min(max(k, k0 + 1), k0 + 6 * octave) if up else max(min(k, k0 - 1), k0 - octave)  # small σ: costly compositions
 
-    k, e = 0, eps(1.0)
+    k, e = 0, at(0)
     before: tuple[int | None, float | None] = (None, None)
-    if e > target:  # bracket upwards: [last above the target, first within]
-        while e > target:
+    if not e <= target:  # bracket upwards: [last above the target (or NaN), first within]
+        while not e <= target:
             if k >= top:
                 raise ValueError(f"no noise multiplier up to {limit:g} meets epsilon={target}: {failure}")
             nxt = min(probe(k, e, *before), top)
-            before, (k, e) = (k, e), (nxt, eps(sigma(nxt)))
+            before, (k, e) = (k, e), (nxt, at(nxt))
         lo, hi = before[0], k
     else:  # bracket downwards
         while e <= target:
             if k <= bottom:
                 return sigma(k)  # the floor fits
             nxt = max(probe(k, e, *before), bottom)
-            before, (k, e) = (k, e), (nxt, eps(sigma(nxt)))
+            before, (k, e) = (k, e), (nxt, at(nxt))
         lo, hi = k, before[0]
     last, slow = before, 0  # the line runs through the two points evaluated last (a secant), which close in from one side
     while hi - lo > 1:  # invariant: eps(σ_lo) > target >= eps(σ_hi)
@@ -360,7 +375,7 @@ def smallest_noise_within(eps: Callable[[float], float], target: float, limit: f
         guess = crossing((k, e), last) if slow < 3 else None
         line = guess is not None and 0 < guess < math.inf
         mid = min(max(round(math.log(guess) / step), lo + 1), hi - 1) if line else (lo + hi) // 2
-        last, (k, e) = (k, e), (mid, eps(sigma(mid)))
+        last, (k, e) = (k, e), (mid, at(mid))
         if e <= target:
             hi = mid
         else:
@@ -454,8 +469,8 @@ def plan_epsilon(plan: GaussianPlan, noise_multiplier: float, delta: float) -> f
 def plan_min_noise(plan: GaussianPlan, target_epsilon: float, delta: float, rel_tol: float = 1e-3) -> float:
     """Smallest per-block noise multiplier σ (to ``rel_tol``) with ε(plan, σ) ≤ ``target_epsilon``.
 
-    Bracketing then bisection on the monotone ε(σ); the upper end of the final bracket is returned,
-    so the budget holds for the value returned. Raises if the count release alone exceeds the budget.
+    The first point of :func:`smallest_noise_within`'s grid whose ε fits, so the budget holds for the value returned.
+    Raises if the count release alone exceeds the budget.
     """
     if not target_epsilon > 0:
         raise ValueError(f"target epsilon must be > 0, got {target_epsilon}")

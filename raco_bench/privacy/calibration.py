@@ -254,10 +254,10 @@ class StepNoiseProblem(CalibrationProblem):
         return CalibrationCache._versioned(payload)
 
     def solve(self) -> float:
-        try:
-            return smallest_noise_within(self.spent, self.target_epsilon, NOISE_LIMIT, "")
-        except ValueError:  # not even the grid's last σ below NOISE_LIMIT fits; NOISE_LIMIT itself is checked before saying so
-            return NO_NOISE_SUFFICES if self.spent(NOISE_LIMIT) > self.target_epsilon else NOISE_LIMIT
+        if not self.spent(NOISE_LIMIT) <= self.target_epsilon:  # one evaluation decides a configuration no σ saves
+            return NO_NOISE_SUFFICES
+        # σ = NOISE_LIMIT fits, so the grid's first point at or above it does too: the search ends at or below it
+        return smallest_noise_within(self.spent, self.target_epsilon, 2 * NOISE_LIMIT, "unreachable: checked at the limit")
 
     def within_budget(self, value: float) -> bool:
         if value == NO_NOISE_SUFFICES:
