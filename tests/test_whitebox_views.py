@@ -103,7 +103,9 @@ def test_the_tailoring_view_releases_what_the_plugin_releases(tailoring):
                                                                           params=(("allocation", "equal"),))], ids=["postprocess", "tailored", "equal"])
 def test_the_correct_views_stay_below_their_claim(audit):
     r = run_whitebox(audit)
-    assert r.claimed_epsilon == pytest.approx(audit.epsilon, rel=2e-3), r.summary()  # calibrated to the claim
+    # calibrated to the claim: σ to 0.1 % (the first grid point that fits), and ε moves by a few times that per step
+    # (dp-postprocess at one step: 0.24 %, 2.0006 one grid point lower, 1.9958 at the answer)
+    assert r.claimed_epsilon == pytest.approx(audit.epsilon, rel=5e-3), r.summary()
     assert r.bound.epsilon_lower <= r.claimed_epsilon, r.summary()
     assert r.ideal.epsilon_lower <= r.claimed_epsilon, r.summary()
 
