@@ -61,10 +61,9 @@ NODE_ENV_BYTES = 3 * 2**30  # the node's venv measured 2.2 GB (ray, torch's CPU 
 def node_home(tmp_path):
     """A fresh home for the node; its 2.2 GB venv is removed when the test ends, not left to the end of the run (nor
     kept in pytest's last three runs), so the rest of the suite has the disk back."""
-    free = shutil.disk_usage(tmp_path).free
-    if free < NODE_ENV_BYTES:
-        pytest.skip(f"the node's environment needs about {NODE_ENV_BYTES / 2**30:.1f} GB free under {tmp_path.parent}; "
-                    f"{free / 2**30:.1f} GB are: free disk space (old pytest folders, /tmp/ray) and run it again")
+    free = shutil.disk_usage(tmp_path).free  # fails in a second, naming the fix, rather than with ENOSPC minutes into pip
+    assert free >= NODE_ENV_BYTES, (f"the node's environment needs about {NODE_ENV_BYTES / 2**30:.1f} GB free under {tmp_path.parent}; "
+                                    f"{free / 2**30:.1f} GB are: free disk space (old pytest folders, /tmp/ray) and run it again")
     home = tmp_path / "home"
     home.mkdir()
     yield home
